@@ -1,0 +1,52 @@
+# The course's commands. Only python3 (3.11+) and make are needed: everything else goes into .venv.
+#   make lab      set up (once) and open JupyterLab on notebooks/
+#   make test     set up (once) and run every test
+#   make student  regenerate notebooks/ from solutions/
+#   make release  build dist/student: notebooks and grader, without solutions or hidden checks
+#   make bench    timer accuracy (and, on a GPU, MFU) report
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+KERNEL := resource-accounting
+
+LAB_IP    ?= 127.0.0.1
+LAB_PORT  ?= 8888
+LAB_FLAGS ?=
+
+.PHONY: setup lab test student release bench mfu clean
+
+setup: $(STAMP)
+
+# Re-runs only when the requirements change (or the venv is new): `make setup` twice does nothing the second time.
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=/path/to/python3.11")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (resource accounting)" >/dev/null
+	@touch $(STAMP)
+	@echo "set up .venv with kernel '$(KERNEL)'"
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_FLAGS)
+
+# One pytest run: the grader's tests (tests/), then nbval over every solution notebook.
+test: $(STAMP)
+	$(BIN)/python -m pytest tests solutions --nbval --nbval-current-env \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider
+
+student: $(STAMP)
+	$(BIN)/python -m grader student --solutions solutions --out notebooks
+
+release: $(STAMP)
+	$(BIN)/python -m grader release --out dist/student
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/timers.py
+
+mfu: $(STAMP)
+	$(BIN)/python -m grader mfu
+
+clean:
+	rm -rf $(VENV) dist .pytest_cache

@@ -1,0 +1,25 @@
+"""`python -m grader <command>`: mfu (device table), student (generate notebooks/), release."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("mfu", help="time matmuls per dtype on this device and report MFU", add_help=False)
+    sub.add_parser("student", help="generate notebooks/ from solutions/", add_help=False)
+    sub.add_parser("release", help="build the student release (no solutions, no hidden checks)", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "mfu":
+        from grader.mfu import main as run
+    elif args.command == "student":
+        from grader.authoring.student import main as run
+    else:
+        from grader.authoring.release import main as run
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Build the folder a class is handed: student notebooks, the grader without hidden checks or authoring.
+
+`python -m grader release [--out DIR] [--force]` (default DIR: dist/student under the repo root).
+Every file written is scanned for solution markers; a hit deletes the folder and fails.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from grader.authoring.markers import FORBIDDEN, MarkerError
+from grader.authoring.student import generate
+
+REQUIRED_FILES = ("pyproject.toml", "requirements.txt", "environment.yml", "README.md")
+OPTIONAL_FILES = ("Makefile",)
+OPTIONAL_DIRS = ("data",)
+# grader/ subpackages that stay with the course staff.
+PRIVATE_PACKAGES = ("hidden", "authoring")
+# Repo folders OUT may never be, contain or sit inside: it is deleted before every build.
+PROTECTED = ("grader", "solutions", "notebooks", "data", "tests", "docs", ".git", ".ci", ".venv")
+# Written into OUT so that a later build may delete it even outside the repo without --force.
+SENTINEL = ".grader-release"
+
+
+class ReleaseError(RuntimeError):
+    """The release cannot be built safely; nothing is handed out."""
+
+
+def repo_root() -> Path:
+    """The repo this package lives in (parent of the `grader` folder)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file() or not (root / "solutions").is_dir():
+        raise ReleaseError(f"{root} does not look like the course repo (is grader installed non-editable?)")
+    return root
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    return path == parent or path.is_relative_to(parent)
+
+
+def check_out_dir(repo: Path, out: Path, force: bool = False) -> None:
+    """Refuse to delete anything that is not a release folder: the repo, its sources, a stranger's folder."""
+    repo_r, out_r = repo.resolve(), out.resolve()
+    if _inside(repo_r, out_r):
+        raise ReleaseError(f"--out {out} is the repo or contains it")
+    for name in PROTECTED:
+        if _inside(out_r, repo_r / name):
+            raise ReleaseError(f"--out {out} is inside the repo's {name}/")
+    if out_r.exists() and not out_r.is_dir():
+        raise ReleaseError(f"--out {out} exists and is not a folder")
+    if not out_r.exists() or not any(out_r.iterdir()):
+        return
+    if _inside(out_r, repo_r) or (out_r / SENTINEL).is_file() or force:
+        return
+    raise ReleaseError(f"--out {out} is a non-empty folder outside the repo that this command did "
+                       f"not build; pass --force to replace it")
+
+
+def _ignore_private(package: Path):
+    """copytree filter: no caches, and none of grader's private subpackages."""
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in ("__pycache__", ".ipynb_checkpoints") or n.endswith(".pyc")}
+        if Path(folder).resolve() == package:
+            skipped |= {n for n in names if n in PRIVATE_PACKAGES}
+        return skipped
+    return ignore
+
+
+def _copy_sources(repo: Path, out: Path) -> None:
+    missing = [name for name in REQUIRED_FILES if not (repo / name).is_file()]
+    if missing:
+        raise ReleaseError(f"the repo lacks {', '.join(missing)}, which the release needs")
+    for name in REQUIRED_FILES + OPTIONAL_FILES:
+        if (repo / name).is_file():
+            shutil.copy2(repo / name, out / name)
+    for name in OPTIONAL_DIRS:
+        if (repo / name).is_dir():
+            shutil.copytree(repo / name, out / name, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    package = (repo / "grader").resolve()
+    shutil.copytree(package, out / "grader", ignore=_ignore_private(package))
+
+
+def scan(out: Path) -> list[str]:
+    """'file:line: text' for every line of every file under `out` that holds marker text."""
+    needles = [m.encode() for m in FORBIDDEN]
+    hits = []
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        for n, line in enumerate(path.read_bytes().splitlines(), start=1):
+            if any(needle in line for needle in needles):
+                hits.append(f"{path}:{n}: {line.strip()[:120].decode('utf-8', 'replace')}")
+    return hits
+
+
+def build_release(repo: Path, out: Path, force: bool = False) -> list[Path]:
+    """Delete and rebuild `out` from `repo`; return the files written, sorted."""
+    check_out_dir(repo, out, force)
+    if not any((repo / "solutions").glob("*.ipynb")):
+        raise ReleaseError(f"no solution notebooks in {repo / 'solutions'}")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    try:
+        generate(repo / "solutions", out / "notebooks")
+        _copy_sources(repo, out)
+        leaks = scan(out)
+        if leaks:
+            raise MarkerError("solution or hidden-test marker text in the release:\n  " + "\n  ".join(leaks))
+        written = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+        (out / SENTINEL).write_text("Built by `python -m grader release`; rebuilt from scratch each time.\n"
+                                    + "".join(f"{p.as_posix()}\n" for p in written))
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # never leave a half-built or leaking release behind
+        raise
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: build the release folder, print what went in."""
+    parser = argparse.ArgumentParser(prog="python -m grader release", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="default: dist/student under the repo root")
+    parser.add_argument("--force", action="store_true",
+                        help="replace OUT even if it is a non-empty folder outside the repo")
+    args = parser.parse_args(argv)
+    try:
+        repo = repo_root()
+        out = args.out if args.out is not None else repo / "dist" / "student"
+        written = build_release(repo, out, args.force)
+    except (ReleaseError, ValueError, FileNotFoundError) as e:  # MarkerError is a ValueError
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    notebooks = [p for p in written if p.parts[0] == "notebooks"]
+    print(f"built {out}: {len(written)} files, {len(notebooks)} notebooks")
+    for p in notebooks:
+        print(f"  {p.as_posix()}")
+    return 0

@@ -1,0 +1,433 @@
+"""Timing that agrees with the standard tools: `time_fn` for any callable, `time_matmul` for MFU.
+
+How `time_fn` measures, and why:
+
+* CPU (and any device without CUDA events): like `torch.utils.benchmark.Timer.blocked_autorange`.
+  One `perf_counter` read costs tens of nanoseconds, so short calls are timed in *blocks*:
+  the block size is calibrated until one block lasts at least `min_block_seconds`, each block
+  is timed as a whole with `timeit.default_timer` (Python's garbage collector off, as
+  `timeit` does), and the result is the median over `reps` blocks of block time / block size.
+  On a device that is neither CPU nor CUDA the block ends with a synchronize.
+* CUDA: like `triton.testing.do_bench`. Kernels are asynchronous, so host clocks would measure
+  launch time; instead each rep records a pair of CUDA events around ONE call and the
+  device is synchronized once at the end. With `flush_l2=True` (the default) a 256 MB buffer
+  is zeroed before every rep so each call starts with a cold L2 cache (the realistic case
+  for a large matmul); the flush also keeps the GPU busy while the host enqueues the call,
+  so launch latency stays out of the measurement. With `flush_l2=False` the calls run in
+  back-to-back blocks (sized by `min_block_seconds`, events around each block): a warm-cache,
+  steady-state throughput where per-launch overhead is amortized over the block.
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import itertools
+import math
+import platform
+import statistics
+import timeit
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from grader import specs
+
+__all__ = [
+    "MatmulTiming",
+    "default_device",
+    "device_name",
+    "synchronize",
+    "time_fn",
+    "time_matmul",
+]
+
+# The same timer `timeit` (and hence blocked_autorange on a CPU-only build) reads.
+_timer = timeit.default_timer
+
+_FLUSH_BYTES = 256 * 1024 * 1024
+_flush_buffers: dict[torch.device, torch.Tensor] = {}
+
+# do_bench's choices when reps is None: estimate from 5 calls, fill about 100 ms.
+_ESTIMATE_CALLS = 5
+_TARGET_SECONDS = 0.1
+_MAX_AUTO_REPS = 10_000
+
+
+def default_device() -> torch.device:
+    """The device the course's measurements run on by default: CUDA when present, else CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _as_device(device: torch.device | str | None) -> torch.device:
+    """Resolve None to the default device, and "cuda" to the current CUDA device index."""
+    dev = default_device() if device is None else torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        if not torch.cuda.is_available():
+            raise ValueError("a CUDA device was asked for, but torch.cuda.is_available() is False")
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for all queued work on `device` to finish, so a host clock read afterwards is honest."""
+    dev = _as_device(device)
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        return
+    backend = getattr(torch, dev.type, None)
+    sync = getattr(backend, "synchronize", None)
+    if callable(sync):
+        sync()
+    elif torch.accelerator.is_available():
+        torch.accelerator.synchronize()
+
+
+def device_name(device: torch.device | str | None = None) -> str:
+    """A human-readable name for the hardware behind `device` (GPU model or CPU model)."""
+    dev = _as_device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    if dev.type == "cpu":
+        return _cpu_name()
+    return dev.type
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (Linux), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+# --------------------------------------------------------------------------------------
+# time_fn
+# --------------------------------------------------------------------------------------
+
+
+def time_fn(
+    fn: Callable[[], object],
+    *,
+    warmup: int = 3,
+    reps: int | None = 25,
+    device: torch.device | str | None = None,
+    flush_l2: bool = True,
+    min_block_seconds: float = 2e-3,
+) -> float:
+    """Median seconds of one call of fn(), after `warmup` untimed calls.
+
+    `fn` should close over inputs allocated beforehand: allocation is not what we time.
+    `device` says where fn's work runs (None: CUDA if available, else CPU); pass "cpu" to
+    time CPU code on a GPU machine. reps=None picks the count like triton's do_bench
+    (about 100 ms of measurement). See the module docstring for the method on each device.
+    """
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if reps is not None and reps < 1:
+        raise ValueError(f"reps must be >= 1 (or None to choose automatically), got {reps}")
+    if not min_block_seconds >= 0:
+        raise ValueError(f"min_block_seconds must be >= 0, got {min_block_seconds}")
+    dev = _as_device(device)
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            return _time_cuda(fn, warmup, reps, dev, flush_l2, min_block_seconds)
+    return _time_host(fn, warmup, reps, dev, min_block_seconds)
+
+
+def _time_block(fn: Callable[[], object], number: int, sync: Callable[[], None] | None) -> float:
+    """Seconds for `number` back-to-back calls, timed as one block with GC off (as timeit does)."""
+    it = itertools.repeat(None, number)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = _timer()
+        for _ in it:
+            fn()
+        if sync is not None:
+            sync()
+        t1 = _timer()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return t1 - t0
+
+
+def _calibrate_block(min_block_seconds: float, time_block: Callable[[int], float]) -> tuple[int, float]:
+    """Smallest-ish block size whose block lasts >= min_block_seconds; also the last block's time."""
+    number = 1
+    while True:
+        t = time_block(number)
+        if t >= min_block_seconds or number >= 2**31 - 1:
+            return number, t
+        # Aim 20% past the target so noise does not leave us just short; grow at most 100x a step.
+        grow = min_block_seconds * 1.2 / max(t, 1e-9)
+        number = min(2**31 - 1, max(number + 1, min(number * 100, math.ceil(number * grow))))
+
+
+def _time_host(
+    fn: Callable[[], object], warmup: int, reps: int | None, dev: torch.device, min_block_seconds: float
+) -> float:
+    """blocked_autorange-style timing with host clocks (CPU, or another device plus synchronize)."""
+    sync = None if dev.type == "cpu" else functools.partial(synchronize, dev)
+    if sync is not None:
+        sync()
+    for _ in range(warmup):
+        fn()
+    if sync is not None:
+        sync()
+
+    def block(number: int) -> float:
+        return _time_block(fn, number, sync)
+
+    number, block_seconds = _calibrate_block(min_block_seconds, block)
+    if reps is None:
+        reps = max(5, min(_MAX_AUTO_REPS, int(_TARGET_SECONDS / max(block_seconds, 1e-9))))
+    return statistics.median(block(number) / number for _ in range(reps))
+
+
+def _flush_buffer(dev: torch.device) -> torch.Tensor:
+    """A buffer larger than L2 (256 MB int8, or 2x L2 if that is bigger), made once per device."""
+    buf = _flush_buffers.get(dev)
+    if buf is None:
+        nbytes = _FLUSH_BYTES
+        l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0
+        nbytes = max(nbytes, 2 * int(l2))
+        buf = torch.empty(nbytes, dtype=torch.int8, device=dev)
+        _flush_buffers[dev] = buf
+    return buf
+
+
+def _time_cuda(
+    fn: Callable[[], object],
+    warmup: int,
+    reps: int | None,
+    dev: torch.device,
+    flush_l2: bool,
+    min_block_seconds: float,
+) -> float:
+    """do_bench-style timing with CUDA events on the current stream of `dev`."""
+    torch.cuda.synchronize(dev)
+    cache = _flush_buffer(dev) if flush_l2 else None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(dev)
+
+    def event() -> torch.cuda.Event:
+        return torch.cuda.Event(enable_timing=True)
+
+    if cache is not None:
+        # Cold L2 for every call: flush, then events around exactly one call.
+        if reps is None:
+            start, end = event(), event()
+            start.record()
+            for _ in range(_ESTIMATE_CALLS):
+                cache.zero_()
+                fn()
+            end.record()
+            torch.cuda.synchronize(dev)
+            estimate = start.elapsed_time(end) / 1e3 / _ESTIMATE_CALLS
+            reps = max(1, min(_MAX_AUTO_REPS, int(_TARGET_SECONDS / max(estimate, 1e-9))))
+        starts = [event() for _ in range(reps)]
+        ends = [event() for _ in range(reps)]
+        for start, end in zip(starts, ends):
+            cache.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize(dev)
+        return statistics.median(s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends))
+
+    # Warm cache: back-to-back blocks of calls, events around each block.
+    def block(number: int) -> float:
+        start, end = event(), event()
+        start.record()
+        for _ in itertools.repeat(None, number):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    number, block_seconds = _calibrate_block(min_block_seconds, block)
+    if reps is None:
+        reps = max(1, min(_MAX_AUTO_REPS, int(_TARGET_SECONDS / max(block_seconds, 1e-9))))
+    starts = [event() for _ in range(reps)]
+    ends = [event() for _ in range(reps)]
+    for start, end in zip(starts, ends):
+        start.record()
+        for _ in itertools.repeat(None, number):
+            fn()
+        end.record()
+    torch.cuda.synchronize(dev)
+    return statistics.median(s.elapsed_time(e) / 1e3 / number for s, e in zip(starts, ends))
+
+
+# --------------------------------------------------------------------------------------
+# time_matmul
+# --------------------------------------------------------------------------------------
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _float8_dtypes() -> set[torch.dtype]:
+    names = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    return {getattr(torch, name) for name in names if hasattr(torch, name)}
+
+
+def _format_seconds(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+@dataclass(frozen=True)
+class MatmulTiming:
+    """One timed (m x k) @ (k x n) matmul with its FLOP/s and MFU against the spec table."""
+
+    m: int
+    k: int
+    n: int
+    dtype: torch.dtype
+    device: str
+    device_name: str
+    seconds: float
+    flops: int
+    flop_per_sec: float
+    peak: float | None
+    mfu: float | None
+    peak_is_estimate: bool
+    dtype_key: str | None
+
+    @property
+    def warning(self) -> str | None:
+        """An MFU above 1 is impossible, so it means the peak in the table is wrong for this device."""
+        if self.mfu is not None and self.mfu > 1.0:
+            key = self.dtype_key or _dtype_name(self.dtype)
+            return f"MFU above 1.0: the spec table's peak for {self.device_name}/{key} must be wrong"
+        return None
+
+    @property
+    def dtype_label(self) -> str:
+        """The dtype's name, with the TF32 mode shown when the peak was looked up as TF32."""
+        name = _dtype_name(self.dtype)
+        if self.dtype_key and "tf32" in self.dtype_key.lower() and "tf32" not in name:
+            return f"{name} (tf32)"
+        return name
+
+    def __str__(self) -> str:
+        head = (
+            f"{self.m}x{self.k}x{self.n} {self.dtype_label} on {self.device}: "
+            f"{_format_seconds(self.seconds)}, {self.flop_per_sec / 1e12:.3g} TFLOP/s"
+        )
+        if self.peak is None or self.mfu is None:
+            return f"{head}, peak unknown"
+        peak = f"peak {self.peak / 1e12:.3g} TFLOP/s" + (", estimate" if self.peak_is_estimate else "")
+        warning = self.warning
+        if warning is not None:
+            return f"{head}, {warning} (MFU {self.mfu:.2f}, {peak})"
+        return f"{head}, MFU {self.mfu:.2f} ({peak})"
+
+
+def _matmul_fn(m: int, k: int, n: int, dtype: torch.dtype, dev: torch.device) -> Callable[[], object]:
+    """Allocate the inputs and output once and return a zero-argument call of the matmul."""
+    float8 = _float8_dtypes()
+    name = _dtype_name(dtype)
+    if dtype in float8 or dtype == torch.int8:
+        if dev.type != "cuda":
+            op = "torch._scaled_mm" if dtype in float8 else "torch._int_mm"
+            raise ValueError(
+                f"{name} matmuls run through {op}, which needs a CUDA GPU; "
+                f"they are not supported on {dev.type}. Time float32 or bfloat16 there instead."
+            )
+    elif not dtype.is_floating_point or dtype.is_complex:
+        raise ValueError(f"time_matmul supports floating-point dtypes, float8 and int8, not {name}")
+
+    if dtype in float8:
+        if m % 16 or k % 16 or n % 16:
+            raise ValueError(f"{name} matmuls (torch._scaled_mm) need m, k, n divisible by 16, got {m}, {k}, {n}")
+        # e5m2 x e5m2 is not a supported cuBLAS pair; use e4m3 for the left operand then.
+        a_dtype = torch.float8_e4m3fn if dtype == torch.float8_e5m2 else dtype
+        a = torch.randn(m, k, dtype=torch.bfloat16, device=dev).to(a_dtype)
+        # _scaled_mm wants the right operand column-major: make it (n, k) and transpose the view.
+        b = torch.randn(n, k, dtype=torch.bfloat16, device=dev).to(dtype).t()
+        one = torch.ones((), dtype=torch.float32, device=dev)
+        out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+        with_out = functools.partial(
+            torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, out=out
+        )
+        without_out = functools.partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    elif dtype == torch.int8:
+        if m <= 16 or k % 8 or n % 8:
+            raise ValueError(f"int8 matmuls (torch._int_mm) need m > 16 and k, n divisible by 8, got {m}, {k}, {n}")
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device=dev)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, device=dev)
+        out = torch.empty(m, n, dtype=torch.int32, device=dev)
+        with_out = functools.partial(torch._int_mm, a, b, out=out)
+        without_out = functools.partial(torch._int_mm, a, b)
+    else:
+        a = torch.randn(m, k, dtype=dtype, device=dev)
+        b = torch.randn(k, n, dtype=dtype, device=dev)
+        out = torch.empty(m, n, dtype=dtype, device=dev)
+        return functools.partial(torch.mm, a, b, out=out)
+
+    # The private ops' out= overloads are less travelled; fall back to allocating if one is missing.
+    try:
+        with_out()
+        return with_out
+    except (RuntimeError, TypeError):
+        without_out()
+        return without_out
+
+
+def time_matmul(
+    m: int,
+    k: int,
+    n: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    **time_kwargs: object,
+) -> MatmulTiming:
+    """Time (m x k) @ (k x n) with `time_fn` and compare with the device's peak: 2mkn FLOPs per call.
+
+    Inputs and the output buffer are made before timing. On CUDA, float8 goes through
+    torch._scaled_mm (unit scales, bf16 output) and int8 through torch._int_mm; on CPU
+    those raise ValueError. Extra keyword arguments go to `time_fn`.
+    """
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    for name, size in (("m", m), ("k", k), ("n", n)):
+        if int(size) != size or size < 1:
+            raise ValueError(f"{name} must be a positive integer, got {size!r}")
+    dev = _as_device(device)
+    fn = _matmul_fn(m, k, n, dtype, dev)
+    seconds = time_fn(fn, device=dev, **time_kwargs)  # type: ignore[arg-type]
+    flops = 2 * m * k * n
+    flop_per_sec = flops / seconds
+    peak = specs.device_peak(dev, dtype)
+    peak_value = peak.flop_per_sec if peak is not None and peak.flop_per_sec else None
+    return MatmulTiming(
+        m=m,
+        k=k,
+        n=n,
+        dtype=dtype,
+        device=str(dev),
+        device_name=device_name(dev),
+        seconds=seconds,
+        flops=flops,
+        flop_per_sec=flop_per_sec,
+        peak=peak_value,
+        mfu=flop_per_sec / peak_value if peak_value else None,
+        peak_is_estimate=bool(peak.estimate) if peak is not None else False,
+        dtype_key=peak.dtype_key if peak is not None else None,
+    )

@@ -1,0 +1,251 @@
+"""Chapter 01 (tensors): public checks. Hidden checks for the same exercises live in grader/hidden/tensors.py."""
+from __future__ import annotations
+
+import torch
+
+from grader.expect import (describe, expect, expect_equal, expect_raises, expect_tensor, expect_type, fail)
+from grader.registry import exercise
+
+_broadcast_shapes = torch.broadcast_shapes  # bound now: checks forbid the student from calling it
+
+SAME_STORAGE = exercise("tensors.same_storage", points=2)
+ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
+BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2)
+ATTENTION_SCORES = exercise("tensors.attention_scores", points=2)
+SPLIT_HEADS = exercise("tensors.split_heads", points=2)
+MERGE_HEADS = exercise("tensors.merge_heads", points=1)
+
+
+# ---------------------------------------------------------------- same_storage
+
+def expect_same_storage(same_storage, x, y, expected: bool, how: str) -> None:
+    got = same_storage(x, y)
+    expect_type(got, bool, f"same_storage({how})")
+    if got != expected:
+        verdict = "share one storage" if expected else "have separate storages"
+        fail(f"same_storage({how}) returned {got}, but they {verdict} "
+             f"(x: {describe(x)}; y: {describe(y)})")
+
+
+@SAME_STORAGE.check
+def views_share_storage(same_storage):
+    """a tensor and its views (view, slice, transpose) share storage"""
+    x = torch.randn(4, 6)
+    expect_same_storage(same_storage, x, x, True, "x, x")
+    expect_same_storage(same_storage, x, x.view(24), True, "x, x.view(24)")
+    expect_same_storage(same_storage, x, x.t(), True, "x, x.t()")
+
+
+@SAME_STORAGE.check
+def views_at_an_offset(same_storage):
+    """views that start at different places in the same storage still share it"""
+    x = torch.randn(4, 6)
+    expect_same_storage(same_storage, x, x[1:], True, "x, x[1:]")
+    expect_same_storage(same_storage, x[2], x[:, 3], True, "x[2], x[:, 3]")
+
+
+@SAME_STORAGE.check
+def copies_do_not_share(same_storage):
+    """a clone, a contiguous copy and a fresh tensor have storages of their own"""
+    x = torch.randn(4, 6)
+    expect_same_storage(same_storage, x, x.clone(), False, "x, x.clone()")
+    expect_same_storage(same_storage, x.t(), x.t().contiguous(), False, "x.t(), x.t().contiguous()")
+    expect_same_storage(same_storage, x, torch.randn(4, 6), False, "x, torch.randn(4, 6)")
+
+
+# ---------------------------------------------------------------- element_offset
+
+def reference_offset(x: torch.Tensor, index: tuple[int, ...]) -> int:
+    offset = x.storage_offset()
+    for i, size, stride in zip(index, x.shape, x.stride()):
+        offset += (i % size) * stride
+    return offset
+
+
+def numbered(n: int) -> torch.Tensor:
+    """Storage holding 0, 1, 2, ...: the value of an element is its position in the storage."""
+    return torch.arange(n, dtype=torch.float64)
+
+
+def expect_offset(element_offset, x: torch.Tensor, index: tuple[int, ...], how: str) -> None:
+    got = element_offset(x, index)
+    expect_type(got, int, f"element_offset({how}, {index})")
+    want = reference_offset(x, index)
+    if got != want:
+        fail(f"element_offset({how}, {index}) returned {got}, but x[{index}] sits at storage position {want} "
+             f"(x: {describe(x)}; stride {tuple(x.stride())}, storage offset {x.storage_offset()})")
+
+
+@ELEMENT_OFFSET.check
+def contiguous(element_offset):
+    """a contiguous 2-D and 3-D tensor"""
+    x = numbered(24).view(4, 6)
+    for index in [(0, 0), (0, 5), (3, 2)]:
+        expect_offset(element_offset, x, index, "x = arange(24).view(4, 6)")
+    y = numbered(60).view(3, 4, 5)
+    expect_offset(element_offset, y, (2, 1, 3), "x = arange(60).view(3, 4, 5)")
+
+
+@ELEMENT_OFFSET.check
+def transposed(element_offset):
+    """a transposed tensor (strides not in row-major order)"""
+    x = numbered(24).view(4, 6).t()
+    for index in [(5, 0), (1, 3)]:
+        expect_offset(element_offset, x, index, "x = arange(24).view(4, 6).t()")
+
+
+@ELEMENT_OFFSET.check
+def sliced(element_offset):
+    """slices that start past the beginning of the storage and skip elements"""
+    base = numbered(48).view(6, 8)
+    expect_offset(element_offset, base[2:], (1, 4), "x = arange(48).view(6, 8)[2:]")
+    expect_offset(element_offset, base[1::2, 3::2], (2, 1), "x = arange(48).view(6, 8)[1::2, 3::2]")
+
+
+@ELEMENT_OFFSET.check
+def expanded(element_offset):
+    """an expanded tensor, where a stride of 0 repeats the same element"""
+    x = numbered(3).view(3, 1).expand(3, 5)
+    expect_offset(element_offset, x, (2, 4), "x = arange(3).view(3, 1).expand(3, 5)")
+
+
+@ELEMENT_OFFSET.check
+def negative_index(element_offset):
+    """negative indices count from the end, as in x[index]"""
+    x = numbered(24).view(4, 6)[1:]
+    expect_offset(element_offset, x, (-1, -2), "x = arange(24).view(4, 6)[1:]")
+
+
+@ELEMENT_OFFSET.check
+def out_of_range(element_offset):
+    """an index outside the shape raises IndexError"""
+    x = numbered(24).view(4, 6)
+    expect_raises(IndexError, lambda: element_offset(x, (4, 0)), "element_offset(x of shape (4, 6), (4, 0))")
+    expect_raises(IndexError, lambda: element_offset(x, (0, -7)), "element_offset(x of shape (4, 6), (0, -7))")
+
+
+# ---------------------------------------------------------------- broadcast_shape
+
+class _Forbidden:
+    """Stands in for torch.broadcast_shapes while the student's function runs."""
+
+    def __enter__(self):
+        def refuse(*args, **kwargs):
+            fail("broadcast_shape must apply the rule itself, not call torch.broadcast_shapes")
+        torch.broadcast_shapes = refuse
+
+    def __exit__(self, *exc):
+        torch.broadcast_shapes = _broadcast_shapes
+
+
+def expect_broadcast(broadcast_shape, a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    with _Forbidden():
+        got = broadcast_shape(a, b)
+    expect_type(got, tuple, f"broadcast_shape({a}, {b})")
+    expect_equal(tuple(got), tuple(_broadcast_shapes(a, b)), f"broadcast_shape({a}, {b})")
+    expect(all(type(s) is int for s in got), f"broadcast_shape({a}, {b}) should hold ints, got {got!r}")
+
+
+@BROADCAST_SHAPE.check
+def same_rank(broadcast_shape):
+    """shapes of the same rank, with sizes of 1 stretched"""
+    for a, b in [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 1, 5), (2, 7, 1))]:
+        expect_broadcast(broadcast_shape, a, b)
+
+
+@BROADCAST_SHAPE.check
+def aligned_from_the_right(broadcast_shape):
+    """shapes of different ranks are aligned from the right (trailing dimensions)"""
+    for a, b in [((4,), (3, 4)), ((5, 3, 1), (3, 6)), ((), (2, 3)), ((8, 1, 6, 1), (7, 1, 5))]:
+        expect_broadcast(broadcast_shape, a, b)
+
+
+@BROADCAST_SHAPE.check
+def incompatible(broadcast_shape):
+    """incompatible shapes raise ValueError"""
+    for a, b in [((3,), (4,)), ((2, 3), (3, 2)), ((4, 3), (2, 3, 4))]:
+        expect_raises(ValueError, lambda: broadcast_shape(a, b), f"broadcast_shape({a}, {b})")
+
+
+# ---------------------------------------------------------------- attention_scores
+
+def reference_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(q.double(), k.double().transpose(-1, -2)).to(q.dtype)
+
+
+def expect_scores(attention_scores, q: torch.Tensor, k: torch.Tensor, how: str) -> None:
+    got = attention_scores(q, k)
+    tol = 2e-2 if q.dtype in (torch.bfloat16, torch.float16) else 1e-5
+    expect_tensor(got, reference_scores(q, k), f"attention_scores(q, k) for {how}", rtol=tol, atol=tol)
+
+
+@ATTENTION_SCORES.check
+def one_batch_dim(attention_scores):
+    """q: (batch, seq_q, d), k: (batch, seq_k, d) gives (batch, seq_q, seq_k)"""
+    q, k = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    expect_scores(attention_scores, q, k, "q (2, 5, 8), k (2, 7, 8)")
+
+
+@ATTENTION_SCORES.check
+def any_batch_rank(attention_scores):
+    """no batch dimension, or several"""
+    expect_scores(attention_scores, torch.randn(3, 4), torch.randn(6, 4), "q (3, 4), k (6, 4)")
+    expect_scores(attention_scores, torch.randn(2, 3, 4, 5), torch.randn(2, 3, 6, 5), "q (2, 3, 4, 5), k (2, 3, 6, 5)")
+
+
+@ATTENTION_SCORES.check
+def keeps_dtype(attention_scores):
+    """the output has the inputs' dtype (float64 in, float64 out)"""
+    q, k = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(2, 5, 4, dtype=torch.float64)
+    expect_scores(attention_scores, q, k, "float64 q (2, 3, 4), k (2, 5, 4)")
+
+
+# ---------------------------------------------------------------- split_heads / merge_heads
+
+def reference_split(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    *lead, seq, width = x.shape
+    return x.reshape(*lead, seq, num_heads, width // num_heads).transpose(-3, -2)
+
+
+def reference_merge(x: torch.Tensor) -> torch.Tensor:
+    *lead, heads, seq, d = x.shape
+    return x.transpose(-3, -2).reshape(*lead, seq, heads * d)
+
+
+@SPLIT_HEADS.check
+def splits_the_last_dim(split_heads):
+    """(batch, seq, heads*d) becomes (batch, heads, seq, d), head h holding features h*d to (h+1)*d"""
+    x = torch.randn(2, 5, 12)
+    expect_tensor(split_heads(x, 3), reference_split(x, 3), "split_heads(x of shape (2, 5, 12), 3)")
+
+
+@SPLIT_HEADS.check
+def any_leading_dims(split_heads):
+    """no batch dimension, or two"""
+    x = torch.randn(5, 8)
+    expect_tensor(split_heads(x, 2), reference_split(x, 2), "split_heads(x of shape (5, 8), 2)")
+    x = torch.randn(2, 3, 4, 6)
+    expect_tensor(split_heads(x, 6), reference_split(x, 6), "split_heads(x of shape (2, 3, 4, 6), 6)")
+
+
+@SPLIT_HEADS.check
+def not_divisible(split_heads):
+    """a width that num_heads does not divide raises ValueError"""
+    x = torch.randn(2, 5, 12)
+    expect_raises(ValueError, lambda: split_heads(x, 5), "split_heads(x of shape (2, 5, 12), 5)")
+
+
+@MERGE_HEADS.check
+def inverts_split(merge_heads):
+    """merge_heads undoes split_heads: (batch, heads, seq, d) becomes (batch, seq, heads*d)"""
+    x = torch.randn(2, 5, 12)
+    expect_tensor(merge_heads(reference_split(x, 3)), x, "merge_heads(split_heads(x, 3)) for x of shape (2, 5, 12)")
+
+
+@MERGE_HEADS.check
+def merge_any_leading_dims(merge_heads):
+    """no batch dimension, or two"""
+    x = torch.randn(3, 5, 4)
+    expect_tensor(merge_heads(x), reference_merge(x), "merge_heads(x of shape (3, 5, 4))")
+    x = torch.randn(2, 2, 4, 3, 5)
+    expect_tensor(merge_heads(x), reference_merge(x), "merge_heads(x of shape (2, 2, 4, 3, 5))")

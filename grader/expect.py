@@ -1,0 +1,139 @@
+"""Helpers for writing checks: each raises CheckFailure with a message a student can act on.
+
+The comparison functions are bound when the grader is imported, so a notebook that
+later patches `torch.allclose` or `torch.equal` does not change what they decide.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+_isclose = torch.isclose
+_isnan = torch.isnan
+_isinf = torch.isinf
+_Tensor = torch.Tensor
+
+
+class CheckFailure(AssertionError):
+    """A check found wrong behaviour; the message is shown to the student as is."""
+
+
+def fail(message: str) -> None:
+    raise CheckFailure(message)
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailure(message)
+
+
+def describe(x: Any) -> str:
+    """A short description of an input or output, for messages: kind, dtype, shape, layout."""
+    if isinstance(x, _Tensor):
+        parts = [f"{str(x.dtype).removeprefix('torch.')} tensor of shape {tuple(x.shape)}"]
+        if x.dim() and not x.is_contiguous():
+            parts.append("not contiguous")
+        if x.device.type != "cpu":
+            parts.append(f"on {x.device}")
+        return ", ".join(parts)
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return f"{type(x).__name__} {x!r}"[:80]
+    if isinstance(x, (tuple, list)) and len(x) <= 8:
+        return f"{type(x).__name__} {x!r}"[:80]
+    return f"{type(x).__name__}"
+
+
+def expect_type(value: Any, kind: type | tuple[type, ...], what: str) -> None:
+    if isinstance(value, bool) and kind in (int, float):
+        fail(f"{what} should be {kind.__name__}, got bool {value!r}")
+    if not isinstance(value, kind):
+        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        fail(f"{what} should be {name}, got {describe(value)}")
+
+
+def expect_equal(actual: Any, expected: Any, what: str) -> None:
+    """Plain values (ints, bools, tuples): equal and of the same kind."""
+    if type(actual) is bool or type(expected) is bool:
+        ok = type(actual) is type(expected) and actual == expected
+    else:
+        ok = actual == expected
+    if not ok:
+        fail(f"{what}: got {actual!r}, expected {expected!r}")
+
+
+def expect_tensor(actual: Any, expected: torch.Tensor, what: str, *, rtol: float | None = None,
+                  atol: float | None = None, check_dtype: bool = True, check_device: bool = True,
+                  equal_nan: bool = True) -> None:
+    """Compare a tensor with the reference: kind, shape, dtype, device, then values within tolerance.
+
+    Default tolerances follow torch.testing.assert_close for the expected dtype.
+    """
+    if not isinstance(actual, _Tensor):
+        fail(f"{what} should be a tensor, got {describe(actual)}")
+    if tuple(actual.shape) != tuple(expected.shape):
+        fail(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if check_dtype and actual.dtype != expected.dtype:
+        fail(f"{what} has dtype {actual.dtype}, expected {expected.dtype} (keep the input's dtype)")
+    if check_device and actual.device != expected.device:
+        fail(f"{what} is on {actual.device}, expected {expected.device}")
+    a, e = actual.detach(), expected.detach()
+    if a.dtype != e.dtype:
+        a = a.to(e.dtype)
+    if a.device != e.device:
+        a = a.to(e.device)
+    if e.is_floating_point() or e.is_complex():
+        dr, da = _default_tolerance(e.dtype)
+        rtol = dr if rtol is None else rtol
+        atol = da if atol is None else atol
+        close = _isclose(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    else:
+        close = a == e
+    if not bool(close.all()):
+        bad = (~close).nonzero()
+        where = tuple(bad[0].tolist())
+        n_bad = bad.shape[0]
+        msg = f"{what}: {n_bad} of {e.numel()} values differ, first at index {where}"
+        if e.is_floating_point():
+            diff = (a.float() - e.float()).abs()
+            diff = diff[~(_isnan(diff))]
+            if diff.numel():
+                msg += f" (largest difference {float(diff.max()):.3g})"
+        fail(msg)
+
+
+def _default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return {
+        torch.float16: (1e-3, 1e-5),
+        torch.bfloat16: (1.6e-2, 1e-5),
+        torch.float32: (1.3e-6, 1e-5),
+        torch.float64: (1e-7, 1e-7),
+    }.get(dtype, (1.3e-6, 1e-5))
+
+
+def expect_raises(exc_type: type[BaseException] | tuple[type[BaseException], ...], fn: Callable[[], Any],
+                  what: str) -> BaseException:
+    """`fn()` must raise `exc_type`; anything else (or nothing) is a clear failure."""
+    name = exc_type.__name__ if isinstance(exc_type, type) else " or ".join(t.__name__ for t in exc_type)
+    try:
+        result = fn()
+    except NotImplementedError:
+        raise
+    except exc_type as e:
+        return e
+    except Exception as e:  # the wrong exception is a failed check, not a crash
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+        fail(f"{what} should raise {name}, but raised {type(e).__name__}: {first}"[:300])
+    fail(f"{what} should raise {name}, but returned {describe(result)}")
+    raise AssertionError("unreachable")
+
+
+def expect_finite_float(value: Any, what: str) -> float:
+    if isinstance(value, _Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fail(f"{what} should be a number, got {describe(value)}")
+    if not math.isfinite(value):
+        fail(f"{what} should be finite, got {value}")
+    return float(value)

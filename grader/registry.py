@@ -1,0 +1,122 @@
+"""The exercise registry: every graded exercise, its points and its checks.
+
+A check is a plain function that takes the student's objects (in the order the
+exercise names them) and raises `grader.expect.CheckFailure` when something is
+wrong. Its docstring's first line is what the student sees next to it.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable
+
+CheckFn = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    description: str
+    fn: CheckFn
+    hidden: bool = False
+    weight: float = 1.0
+    timeout: float | None = None
+
+
+@dataclass
+class Exercise:
+    """One graded exercise: `id` is `<chapter>.<name>`, `needs` the names the student defines."""
+
+    id: str
+    points: float
+    needs: tuple[str, ...]
+    title: str = ""
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def chapter(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".", 1)[1]
+
+    def public_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.hidden]
+
+    def hidden_checks(self) -> list[Check]:
+        return [c for c in self.checks if c.hidden]
+
+    def _add(self, fn: CheckFn, hidden: bool, weight: float, timeout: float | None) -> CheckFn:
+        doc = inspect.getdoc(fn) or fn.__name__.replace("_", " ")
+        name = fn.__name__
+        if any(c.name == name for c in self.checks):
+            raise ValueError(f"{self.id}: two checks named {name!r}")
+        self.checks.append(Check(name, doc.splitlines()[0], fn, hidden, weight, timeout))
+        return fn
+
+    def check(self, fn: CheckFn | None = None, *, weight: float = 1.0, timeout: float | None = None):
+        """Register a public check (runs in the student's notebook and at grading)."""
+        if fn is None:
+            return lambda f: self._add(f, False, weight, timeout)
+        return self._add(fn, False, weight, timeout)
+
+    def hidden(self, fn: CheckFn | None = None, *, weight: float = 1.0, timeout: float | None = None):
+        """Register a hidden check (runs only at grading; its inputs are never shown)."""
+        if fn is None:
+            return lambda f: self._add(f, True, weight, timeout)
+        return self._add(fn, True, weight, timeout)
+
+
+_EXERCISES: dict[str, Exercise] = {}
+
+
+def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None, title: str = "") -> Exercise:
+    """Declare an exercise; `needs` defaults to the part of the id after the chapter."""
+    if id.count(".") != 1:
+        raise ValueError(f"exercise id must be '<chapter>.<name>', got {id!r}")
+    if id in _EXERCISES:
+        raise ValueError(f"exercise {id!r} declared twice")
+    if needs is None:
+        needs = (id.split(".", 1)[1],)
+    elif isinstance(needs, str):
+        needs = (needs,)
+    ex = Exercise(id=id, points=points, needs=tuple(needs), title=title or id.split(".", 1)[1])
+    _EXERCISES[id] = ex
+    return ex
+
+
+def _load_public() -> None:
+    import grader.exercises  # noqa: F401  (registers every chapter's exercises)
+
+
+def load_hidden() -> bool:
+    """Register the hidden checks; False in the student release, where they are left out."""
+    _load_public()
+    try:
+        import grader.hidden  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("grader.hidden"):
+            return False
+        raise
+    return True
+
+
+def get(id: str) -> Exercise:
+    _load_public()
+    try:
+        return _EXERCISES[id]
+    except KeyError:
+        known = ", ".join(sorted(_EXERCISES)) or "none"
+        raise KeyError(f"no exercise {id!r}; known: {known}") from None
+
+
+def all_exercises(chapter: str | None = None) -> list[Exercise]:
+    """Exercises in declaration order (the order of the notebook)."""
+    _load_public()
+    return [e for e in _EXERCISES.values() if chapter is None or e.chapter == chapter]
+
+
+def chapters() -> list[str]:
+    _load_public()
+    return list(dict.fromkeys(e.chapter for e in _EXERCISES.values()))

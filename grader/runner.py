@@ -1,0 +1,159 @@
+"""Run an exercise's checks against any implementation and return structured results.
+
+This is the one entry point: the notebook call and grading both go through it.
+Each check runs with fixed seeds, the float32 default dtype, gradients enabled and an
+optional time limit, and whatever it raises becomes a status, never an exception.
+"""
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import random
+import signal
+import threading
+import time
+import traceback
+import zlib
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from grader import registry
+from grader.expect import CheckFailure
+from grader.registry import Check, Exercise
+from grader.results import (ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT, CheckResult,
+                            ExerciseResult)
+
+_GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
+_LIB_DIRS = tuple({os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.__file__),
+                   os.path.dirname(os.path.abspath(np.__file__))})
+DEFAULT_CHECK_TIMEOUT = 60.0
+
+
+class CheckTimeout(BaseException):
+    """Raised inside a check when its time is up (a BaseException, so student `except Exception` can't eat it)."""
+
+
+def seed_for(exercise_id: str, check_name: str) -> int:
+    return zlib.crc32(f"{exercise_id}:{check_name}".encode())
+
+
+@contextlib.contextmanager
+def _isolated(seed: int) -> Iterator[None]:
+    """Seeded RNGs and default torch settings for one check; the student's state is restored after."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    with torch.random.fork_rng(devices=[]):
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+        torch.set_default_dtype(torch.float32)
+        torch.set_grad_enabled(True)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(dtype)
+            torch.set_grad_enabled(grad)
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt Python code after `seconds` (main thread on POSIX only; elsewhere no limit)."""
+    usable = (seconds and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def _alarm(signum, frame):
+        raise CheckTimeout()
+
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def student_frames(tb, limit: int = 3) -> str:
+    """The last frames of a traceback that are the student's own code, without file paths."""
+    lines = []
+    for fs in traceback.extract_tb(tb):
+        path = os.path.abspath(fs.filename)
+        if path.startswith(_GRADER_DIR) or path.startswith(_LIB_DIRS):
+            continue
+        code = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
+        lines.append(f"in {fs.name}, line {fs.lineno}: {code}" if code else f"in {fs.name}, line {fs.lineno}")
+    return " | ".join(lines[-limit:])
+
+
+def _error_message(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    head = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+    if len(head) > 300:
+        head = head[:297] + "..."
+    where = student_frames(e.__traceback__)
+    return f"{head} ({where})" if where else head
+
+
+def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: float | None) -> CheckResult:
+    limit = check.timeout if check.timeout is not None else timeout
+    start = time.perf_counter()
+    status, message = PASSED, ""
+    try:
+        with _isolated(seed_for(exercise.id, check.name)), _time_limit(limit):
+            check.fn(*objs)
+    except CheckTimeout:
+        status, message = TIMEOUT, f"stopped after {limit:g} s (an infinite loop, or far too slow)"
+    except CheckFailure as e:
+        status, message = FAILED, str(e)
+    except NotImplementedError:
+        status, message = NOT_IMPLEMENTED, "not implemented yet"
+    except KeyboardInterrupt:
+        status, message = ERROR, "interrupted"
+    except BaseException as e:  # SystemExit, RecursionError, student exceptions: all become a status
+        status, message = ERROR, _error_message(e)
+    return CheckResult(check.name, check.description, status, message, check.hidden, check.weight,
+                       round(time.perf_counter() - start, 3))
+
+
+def run_exercise(exercise_id: str, *objs: Any, hidden: bool = False,
+                 timeout: float | None = DEFAULT_CHECK_TIMEOUT) -> ExerciseResult:
+    """Run the public checks (and the hidden ones when `hidden`) of one exercise on `objs`.
+
+    `objs` are the student's objects in the order of the exercise's `needs`.
+    """
+    if hidden and not registry.load_hidden():
+        raise RuntimeError("hidden checks are not part of the student release")
+    ex = registry.get(exercise_id)
+    if len(objs) != len(ex.needs):
+        names = ", ".join(ex.needs)
+        return ExerciseResult(ex.id, ex.points, [], ERROR,
+                              f"the check needs {len(ex.needs)} argument(s): {names}; got {len(objs)}")
+    checks = ex.checks if hidden else ex.public_checks()
+    return ExerciseResult(ex.id, ex.points, [run_check(ex, c, objs, timeout) for c in checks])
+
+
+def run_namespace(namespace: Mapping[str, Any], chapter: str | None = None, hidden: bool = True,
+                  timeout: float | None = DEFAULT_CHECK_TIMEOUT) -> list[ExerciseResult]:
+    """Grade every exercise of `chapter` from the names a notebook defined (missing names: `missing`)."""
+    if hidden and not registry.load_hidden():
+        raise RuntimeError("hidden checks are not part of the student release")
+    results = []
+    for ex in registry.all_exercises(chapter):
+        absent = [n for n in ex.needs if n not in namespace]
+        if absent:
+            results.append(ExerciseResult(ex.id, ex.points, [], MISSING,
+                                          f"the notebook defines no {', '.join(absent)}"))
+            continue
+        results.append(run_exercise(ex.id, *(namespace[n] for n in ex.needs), hidden=hidden, timeout=timeout))
+    return results
+
+
+__all__ = ["run_exercise", "run_namespace", "run_check", "CheckTimeout", "FAILED", "NOT_IMPLEMENTED"]

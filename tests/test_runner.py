@@ -1,0 +1,188 @@
+"""The runner turns whatever a student's code does into a status, with seeded, isolated inputs."""
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import grader
+from grader import registry
+from grader.expect import expect
+from grader.feedback import render_html, render_text
+from grader.runner import run_exercise, run_namespace
+
+EX = registry.exercise("testing.double", points=4)
+
+
+@EX.check
+def doubles_small(double):
+    """doubles a small tensor"""
+    x = torch.randn(3)
+    expect(torch.equal(double(x), 2 * x), "double(x) should be 2 * x")
+
+
+@EX.check
+def doubles_ints(double):
+    """doubles an int"""
+    expect(double(21) == 42, "double(21) should be 42")
+
+
+@EX.hidden
+def secret(double):
+    """a hidden case"""
+    expect(double(-7) == -14, "double(-7) returned something other than -14 (SECRET)")
+
+
+SEEN = registry.exercise("testing.seen", points=1, needs=("f",))
+
+
+@SEEN.check
+def records(f):
+    """records the inputs it is given"""
+    f(torch.randn(4))
+
+
+def statuses(result):
+    return [c.status for c in result.checks]
+
+
+def test_correct_answer_passes_with_full_points():
+    r = run_exercise("testing.double", lambda x: x * 2, hidden=True)
+    assert r.status == "passed" and r.score == 4 and statuses(r) == ["passed"] * 3
+
+
+def test_stub_is_not_implemented():
+    def double(x):
+        raise NotImplementedError
+
+    r = run_exercise("testing.double", double, hidden=True)
+    assert r.status == "not_implemented" and r.score == 0
+    assert "not implemented yet" in render_text(r) and "Traceback" not in render_text(r)
+
+
+def test_partial_credit_and_first_problem():
+    r = run_exercise("testing.double", lambda x: x * 2 if not isinstance(x, int) or x > 0 else 0, hidden=True)
+    assert statuses(r) == ["passed", "passed", "failed"]
+    assert r.status == "failed" and r.score == pytest.approx(4 * 2 / 3, abs=0.01)
+
+
+def test_hidden_message_never_shown():
+    r = run_exercise("testing.double", lambda x: x * 2 if not isinstance(x, int) or x > 0 else 0, hidden=True)
+    for text in (render_text(r), render_html(r), r.message):
+        assert "SECRET" not in text and "-14" not in text
+    assert "SECRET" in r.checks[2].message  # kept for the grader's own records
+
+
+def test_public_run_skips_hidden():
+    r = run_exercise("testing.double", lambda x: x * 2)
+    assert [c.name for c in r.checks] == ["doubles_small", "doubles_ints"]
+
+
+def test_student_exception_shows_last_frames_without_paths():
+    def helper(x):
+        return x.no_such_method()
+
+    def double(x):
+        return helper(x)
+
+    r = run_exercise("testing.double", double)
+    msg = r.checks[0].message
+    assert r.status == "error" and msg.startswith("AttributeError")
+    assert "in helper" in msg and "x.no_such_method()" in msg
+    assert "/" not in msg.split("(", 1)[1]  # no file paths
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), RecursionError("deep"), MemoryError()])
+def test_base_exceptions_become_errors(exc):
+    def double(x):
+        raise exc
+
+    r = run_exercise("testing.double", double)
+    assert r.status == "error" and statuses(r) == ["error", "error"]
+
+
+def test_infinite_loop_times_out_and_other_checks_still_run():
+    def double(x):
+        while isinstance(x, int):
+            pass
+        return 2 * x
+
+    r = run_exercise("testing.double", double, timeout=0.5)
+    assert statuses(r) == ["passed", "timeout"] and r.status == "timeout"
+
+
+def test_timeout_is_not_swallowed_by_student_except():
+    def double(x):
+        while True:
+            try:
+                while True:
+                    pass
+            except Exception:
+                continue
+
+    r = run_exercise("testing.double", double, timeout=0.3)
+    assert statuses(r) == ["timeout", "timeout"]
+
+
+def test_same_inputs_every_time_and_student_rng_untouched():
+    seen = []
+    torch.manual_seed(123)
+    random.seed(5)
+    np.random.seed(7)
+    state = torch.get_rng_state()
+    py, npy = random.random, np.random.rand
+    for _ in range(2):
+        run_exercise("testing.seen", lambda x: seen.append(x.clone()))
+    assert torch.equal(seen[0], seen[1])
+    assert torch.equal(torch.get_rng_state(), state)
+    random.seed(5), np.random.seed(7)
+    assert (py(), npy()) == (random.seed(5) or random.random(), np.random.seed(7) or np.random.rand())
+
+
+def test_student_global_settings_restored():
+    torch.set_default_dtype(torch.float64)
+    try:
+        run_exercise("testing.seen", lambda x: None)
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    with torch.no_grad():
+        run_exercise("testing.seen", lambda x: None)
+        assert not torch.is_grad_enabled()
+
+
+def test_wrong_number_of_objects_is_an_error_not_a_crash():
+    r = run_exercise("testing.double")
+    assert r.status == "error" and "double" in r.message
+
+
+def test_check_never_raises(capsys):
+    grader.check("no_such.exercise", lambda: None)
+    grader.check("testing.double", lambda x: 1 / 0)
+    out = capsys.readouterr().out
+    assert "could not run the checks" in out and "ZeroDivisionError" in out
+
+
+def test_run_namespace_reports_missing_names():
+    results = run_namespace({"double": lambda x: 2 * x}, chapter="testing")
+    by_id = {r.exercise: r for r in results}
+    assert by_id["testing.double"].status == "passed"
+    assert by_id["testing.seen"].status == "missing" and "f" in by_id["testing.seen"].message
+
+
+def test_html_is_escaped_and_deterministic():
+    def double(x):
+        raise ValueError("<script>alert(1)</script>")
+
+    a = render_html(run_exercise("testing.double", double))
+    b = render_html(run_exercise("testing.double", double))
+    assert a == b and "<script>" not in a and "&lt;script&gt;" in a
+
+
+def test_registry_rejects_bad_declarations():
+    with pytest.raises(ValueError):
+        registry.exercise("no_dot", points=1)
+    with pytest.raises(ValueError):
+        registry.exercise("testing.double", points=1)
+    with pytest.raises(KeyError, match="known"):
+        registry.get("testing.nope")

@@ -1,0 +1,193 @@
+"""Chapter 01 checks against answers we did not write the checks from: other correct ones must pass
+(public and hidden checks), plausible wrong ones must fail."""
+import math
+
+import einops
+import pytest
+import torch
+
+from grader.runner import run_exercise
+
+
+# ---------------------------------------------------------------- correct, written differently
+
+def same_storage_ptr(x, y):
+    return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+def same_storage_base(x, y):
+    # walk back to the base tensor's storage through the typed-storage-free API
+    sx, sy = x.untyped_storage(), y.untyped_storage()
+    return bool(sx.data_ptr() == sy.data_ptr() and sx.nbytes() == sy.nbytes())
+
+
+def element_offset_loop(x, index):
+    if len(index) != x.dim():
+        raise IndexError("need one index per dimension")
+    pos = x.storage_offset()
+    for d in range(x.dim()):
+        i = index[d]
+        if i < 0:
+            i += x.shape[d]
+        if i < 0 or i >= x.shape[d]:
+            raise IndexError(f"index {index[d]} out of range")
+        pos += i * x.stride(d)
+    return pos
+
+
+def element_offset_sum(x, index):
+    norm = []
+    for i, s in zip(index, x.shape, strict=True):
+        if not -s <= i < s:
+            raise IndexError(i)
+        norm.append(i % s)
+    return x.storage_offset() + sum(i * st for i, st in zip(norm, x.stride()))
+
+
+def broadcast_loop(a, b):
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else 1
+        db = b[-i] if i <= len(b) else 1
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        else:
+            raise ValueError(f"{a} and {b} are incompatible")
+    return tuple(reversed(out))
+
+
+def broadcast_zip(a, b):
+    import itertools
+    result = []
+    for da, db in itertools.zip_longest(reversed(a), reversed(b), fillvalue=1):
+        if 1 not in (da, db) and da != db:
+            raise ValueError("incompatible")
+        result.append(db if da == 1 else da)
+    return tuple(result[::-1])
+
+
+def scores_einsum(q, k):
+    return einops.einsum(q, k, "... i d, ... j d -> ... i j")
+
+
+def scores_matmul(q, k):
+    return q @ k.transpose(-1, -2)
+
+
+def scores_torch_einsum(q, k):
+    return torch.einsum("...id,...jd->...ij", q, k)
+
+
+def split_rearrange(x, num_heads):
+    if x.shape[-1] % num_heads != 0:
+        raise ValueError("not divisible")
+    return einops.rearrange(x, "... s (h d) -> ... h s d", h=num_heads)
+
+
+def split_view(x, num_heads):
+    *lead, s, width = x.shape
+    if width % num_heads:
+        raise ValueError("not divisible")
+    return x.reshape(*lead, s, num_heads, width // num_heads).movedim(-2, -3)
+
+
+def merge_rearrange(x):
+    return einops.rearrange(x, "... h s d -> ... s (h d)")
+
+
+def merge_reshape(x):
+    return x.transpose(-3, -2).flatten(-2)
+
+
+CORRECT = [
+    ("same_storage", same_storage_ptr), ("same_storage", same_storage_base),
+    ("element_offset", element_offset_loop), ("element_offset", element_offset_sum),
+    ("broadcast_shape", broadcast_loop), ("broadcast_shape", broadcast_zip),
+    ("attention_scores", scores_einsum), ("attention_scores", scores_matmul), ("attention_scores", scores_torch_einsum),
+    ("split_heads", split_rearrange), ("split_heads", split_view),
+    ("merge_heads", merge_rearrange), ("merge_heads", merge_reshape),
+]
+
+
+@pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{f.__name__}" for n, f in CORRECT])
+def test_correct_answers_pass_every_check(name, fn):
+    r = run_exercise(f"tensors.{name}", fn, hidden=True)
+    failing = [(c.name, c.message) for c in r.checks if not c.passed]
+    assert r.status == "passed" and not failing, failing
+
+
+# ---------------------------------------------------------------- plausible but wrong
+
+WRONG = [
+    # data_ptr() is where the view starts, not the storage
+    ("same_storage", lambda x, y: x.data_ptr() == y.data_ptr()),
+    # equal values are not shared memory
+    ("same_storage", lambda x, y: x.shape == y.shape and torch.equal(x, y)),
+    # the same Python object is only one way to share
+    ("same_storage", lambda x, y: x is y),
+    # returns a tensor, not a bool
+    ("same_storage", lambda x, y: torch.tensor(x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())),
+    # forgets storage_offset
+    ("element_offset", lambda x, index: sum(i % s * st for i, s, st in zip(index, x.shape, x.stride()))),
+    # assumes row-major layout from the shape
+    ("element_offset", lambda x, index: x.storage_offset() + sum(
+        (i % s) * math.prod(x.shape[d + 1:]) for d, (i, s) in enumerate(zip(index, x.shape)))),
+    # bytes instead of elements
+    ("element_offset", lambda x, index: (x.storage_offset() + sum(
+        (i % s) * st for i, s, st in zip(index, x.shape, x.stride()))) * x.element_size()),
+    # no bounds check
+    ("element_offset", lambda x, index: x.storage_offset() + sum(
+        (i % s) * st for i, s, st in zip(index, x.shape, x.stride()))),
+    # aligns from the left
+    ("broadcast_shape", lambda a, b: tuple(max(p, q) for p, q in zip(
+        tuple(a) + (1,) * (len(b) - len(a)), tuple(b) + (1,) * (len(a) - len(b))))),
+    # max of sizes: wrong for 0, never raises
+    ("broadcast_shape", lambda a, b: tuple(reversed([max(p, q) for p, q in __import__("itertools").zip_longest(
+        reversed(a), reversed(b), fillvalue=1)]))),
+    # raises the wrong exception type
+    ("broadcast_shape", lambda a, b: tuple(torch.empty(a).add(torch.empty(b)).shape)),
+    # fixed rank 3
+    ("attention_scores", lambda q, k: torch.einsum("bid,bjd->bij", q, k)),
+    # missing transpose (works only when shapes allow; wrong values when square)
+    ("attention_scores", lambda q, k: q @ k if q.shape[-1] == k.shape[-2] else q @ k.transpose(-1, -2)),
+    # upcasts and returns float32
+    ("attention_scores", lambda q, k: q.float() @ k.float().transpose(-1, -2)),
+    # keys by queries (transposed output)
+    ("attention_scores", lambda q, k: (k @ q.transpose(-1, -2)).transpose(-1, -2).contiguous()
+     if q.shape[-2] != k.shape[-2] else k @ q.transpose(-1, -2)),
+    # (d h) instead of (h d)
+    ("split_heads", lambda x, h: einops.rearrange(x, "... s (d h) -> ... h s d", h=h)),
+    # reshape without the transpose
+    ("split_heads", lambda x, h: x.reshape(*x.shape[:-2], h, x.shape[-2], x.shape[-1] // h)),
+    # einops' own error instead of ValueError
+    ("split_heads", lambda x, h: einops.rearrange(x, "... s (h d) -> ... h s d", h=h)),
+    # view on a non-contiguous input
+    ("merge_heads", lambda x: x.transpose(-3, -2).view(*x.shape[:-3], x.shape[-2], -1)),
+    # (d h) order
+    ("merge_heads", lambda x: einops.rearrange(x, "... h s d -> ... s (d h)")),
+    # forgets the transpose
+    ("merge_heads", lambda x: x.reshape(*x.shape[:-3], x.shape[-2], -1)),
+]
+
+
+@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
+def test_plausible_wrong_answers_fail(name, fn):
+    r = run_exercise(f"tensors.{name}", fn, hidden=True)
+    assert r.status in ("failed", "error") and r.score < r.points
+
+
+@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
+def test_wrong_answers_get_a_readable_message(name, fn):
+    r = run_exercise(f"tensors.{name}", fn)
+    for c in r.checks:
+        if not c.passed:
+            assert c.message and "Traceback" not in c.message and len(c.message) < 600
+
+
+def test_public_checks_catch_the_classic_mistakes():
+    """The mistakes the chapter warns about are caught before grading, not only by hidden checks."""
+    for name, fn in [WRONG[0], WRONG[4], WRONG[5], WRONG[8], WRONG[11], WRONG[15], WRONG[17]]:
+        r = run_exercise(f"tensors.{name}", fn)
+        assert r.status != "passed", name
