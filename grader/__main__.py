@@ -14,10 +14,16 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command == "mfu":
         from grader.mfu import main as run
-    elif args.command == "student":
-        from grader.authoring.student import main as run
     else:
-        from grader.authoring.release import main as run
+        try:
+            if args.command == "student":
+                from grader.authoring.student import main as run
+            else:
+                from grader.authoring.release import main as run
+        except ModuleNotFoundError:
+            print(f"`{args.command}` is for course authors: the student release does not include it",
+                  file=sys.stderr)
+            return 2
     return run(rest)
 
 

@@ -1,7 +1,7 @@
 """Build the folder a class is handed: student notebooks, the grader without hidden checks or authoring.
 
 `python -m grader release [--out DIR] [--force]` (default DIR: dist/student under the repo root).
-Every file written is scanned for solution markers; a hit deletes the folder and fails.
+Every notebook and grader file written is scanned for solution markers; a hit deletes the folder and fails.
 """
 from __future__ import annotations
 
@@ -83,10 +83,14 @@ def _copy_sources(repo: Path, out: Path) -> None:
 
 
 def scan(out: Path) -> list[str]:
-    """'file:line: text' for every line of every file under `out` that holds marker text."""
+    """'file:line: text' for every line under notebooks/ and grader/ that holds marker text.
+
+    Only code and notebooks can carry solution text; the README may name the markers to explain them.
+    """
     needles = [m.encode() for m in FORBIDDEN]
     hits = []
-    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+    files = [p for d in ("notebooks", "grader") for p in (out / d).rglob("*") if p.is_file()]
+    for path in sorted(files):
         for n, line in enumerate(path.read_bytes().splitlines(), start=1):
             if any(needle in line for needle in needles):
                 hits.append(f"{path}:{n}: {line.strip()[:120].decode('utf-8', 'replace')}")

@@ -1,0 +1,272 @@
+"""The peak table and its lookup: real device names, traps, sparse halving, TF32 switching."""
+from __future__ import annotations
+
+import math
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from grader import specs
+from grader.specs import DTYPE_KEYS, device_peak, dtype_key, lookup, peak_flops
+
+# Names as torch.cuda.get_device_name reports them -> expected row (None: not in the table).
+NAMES = [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H100", None),  # ambiguous without an SM count
+    ("NVIDIA H200", "H200 SXM"),
+    ("NVIDIA H200 NVL", "H200 NVL"),
+    ("NVIDIA H20", None),  # a different (China) part: must not match H200 or H100
+    ("NVIDIA A100-SXM4-80GB", "A100"),
+    ("NVIDIA A100-SXM4-40GB", "A100"),
+    ("NVIDIA A100-PCIE-40GB", "A100"),
+    ("NVIDIA A100 80GB PCIe", "A100"),
+    ("NVIDIA A10", "A10"),  # must not match A100
+    ("NVIDIA A10G", "A10G"),  # its own row, not the A10's
+    ("NVIDIA B200", "B200"),
+    ("NVIDIA GB200", "GB200 (per GPU)"),  # must not match B200
+    ("NVIDIA L4", "L4"),  # must not match L40 / L40S
+    ("NVIDIA L40", "L40"),
+    ("NVIDIA L40S", "L40S"),
+    ("Tesla T4", "T4"),
+    ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+    ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+    ("Tesla V100-PCIE-32GB", "V100 PCIe"),
+    ("Tesla V100S-PCIE-32GB", "V100S PCIe"),  # not the V100 row
+    ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+    ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+    ("NVIDIA GeForce RTX 3090 Ti", None),  # a different card
+    ("NVIDIA GeForce RTX 4090 D", None),  # fewer SMs than the 4090
+    ("AMD Instinct MI300X", "MI300X"),
+    ("NVIDIA RTX A6000", None),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", None),  # a slice: the full-GPU peak would be wrong
+    ("cpu", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize("name,expected", NAMES)
+def test_lookup_real_names(name: str, expected: str | None) -> None:
+    spec = lookup(name)
+    assert (spec.name if spec else None) == expected
+
+
+@pytest.mark.parametrize("name", ["nvidia h100 80gb hbm3", "NVIDIA   H100-80GB-HBM3"])
+def test_lookup_is_case_and_separator_insensitive(name: str) -> None:
+    assert lookup(name).name == "H100 SXM"
+
+
+@pytest.mark.parametrize("sm_count,expected", [(132, "H100 SXM"), (114, "H100 PCIe"),
+                                               (None, None), (100, None)])
+def test_bare_h100_is_decided_by_sm_count(sm_count: int | None, expected: str | None) -> None:
+    spec = lookup("NVIDIA H100", sm_count=sm_count)
+    assert (spec.name if spec else None) == expected
+
+
+def test_name_hint_beats_sm_count_and_mismatch_gives_none() -> None:
+    assert lookup("NVIDIA H100 PCIe", sm_count=114).name == "H100 PCIe"
+    assert lookup("NVIDIA H100 80GB HBM3", sm_count=132).name == "H100 SXM"
+    # A known SM count that disagrees means a partition or another SKU: no peak.
+    assert lookup("NVIDIA H100 PCIe", sm_count=132) is None
+    assert lookup("NVIDIA A100-SXM4-80GB", sm_count=14) is None
+    assert lookup("AMD Instinct MI300X", sm_count=38) is None  # a CPX partition
+    assert lookup("AMD Instinct MI300X", sm_count=304).name == "MI300X"
+
+
+def test_no_fallback_to_another_row() -> None:
+    assert peak_flops("NVIDIA H100", torch.bfloat16) is None
+    assert peak_flops("NVIDIA H20", torch.bfloat16) is None
+    assert peak_flops("NVIDIA A10G", torch.bfloat16) is None  # unpublished; not the A10's 125e12
+    assert peak_flops("NVIDIA A10", torch.bfloat16) == 125e12
+
+
+def test_every_row_is_sourced_with_known_positive_peaks() -> None:
+    rows = specs.table()
+    names = [row.name for row in rows]
+    assert len(names) == len(set(names))
+    for row in rows:
+        assert row.source.strip(), row.name
+        assert set(row.peaks) <= set(DTYPE_KEYS), row.name
+        for key, value in row.peaks.items():
+            assert isinstance(value, float) and math.isfinite(value) and value > 0, (row.name, key)
+        assert row.sms is None or row.sms > 0
+        if "with sparsity" in row.source:
+            assert specs.HALVED in row.source, row.name
+
+
+def test_required_rows_are_present() -> None:
+    names = {row.name for row in specs.table()}
+    for required in ["H100 SXM", "H100 PCIe", "H100 NVL", "H200 SXM", "H200 NVL", "A100",
+                     "B200", "GB200 (per GPU)", "L4", "L40", "L40S", "T4", "A10", "A10G",
+                     "V100 SXM2", "V100 PCIe", "V100S PCIe", "RTX 4090", "RTX 3090",
+                     "MI300X"]:
+        assert required in names
+
+
+def test_sparse_figures_are_halved() -> None:
+    # The curriculum's figure: the datasheet's 1,979 "with sparsity", halved.
+    assert peak_flops("NVIDIA H100 80GB HBM3", torch.bfloat16) == 989.5e12
+    assert peak_flops("NVIDIA H100 80GB HBM3", torch.float8_e4m3fn) == 1979e12
+    assert peak_flops("NVIDIA H100 PCIe", torch.float16) == 756.5e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB", "tf32") == 156e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB", torch.bfloat16) == 312e12
+    assert peak_flops("NVIDIA B200", torch.bfloat16) == 2.25e15
+    assert peak_flops("NVIDIA L4", torch.bfloat16) == 121e12
+
+
+def test_fp64_uses_the_tensor_core_figure() -> None:
+    assert peak_flops("NVIDIA H100 80GB HBM3", torch.float64) == 67e12
+    assert peak_flops("NVIDIA A100-SXM4-40GB", torch.float64) == 19.5e12
+
+
+def test_h200_matches_h100_compute() -> None:
+    for dtype in [torch.bfloat16, torch.float8_e5m2, torch.int8, torch.float64]:
+        assert peak_flops("NVIDIA H200", dtype) == peak_flops("NVIDIA H100 80GB HBM3", dtype)
+
+
+@pytest.mark.parametrize("name,dtype", [
+    ("Tesla T4", torch.bfloat16),  # Turing: no bf16
+    ("Tesla T4", "tf32"),
+    ("Tesla V100-SXM2-16GB", torch.bfloat16),  # Volta: no bf16 / tf32 / fp8
+    ("Tesla V100-SXM2-16GB", torch.float8_e4m3fn),
+    ("NVIDIA A100-SXM4-80GB", torch.float8_e4m3fn),  # Ampere: no fp8
+    ("NVIDIA L4", torch.float64),  # not on the datasheet
+    ("NVIDIA H100 80GB HBM3", torch.complex64),  # not a key at all
+    ("NVIDIA H100 80GB HBM3", "float4"),
+    ("NVIDIA H100 80GB HBM3", torch.uint8),
+])
+def test_missing_dtype_gives_none(name: str, dtype: torch.dtype | str) -> None:
+    assert peak_flops(name, dtype, tf32=False) is None
+
+
+def test_float32_follows_explicit_tf32_flag() -> None:
+    name = "NVIDIA A100-SXM4-80GB"
+    assert peak_flops(name, torch.float32, tf32=True) == 156e12
+    assert peak_flops(name, torch.float32, tf32=False) == 19.5e12
+    assert peak_flops("NVIDIA H100 80GB HBM3", "float32", tf32=True) == 494.5e12
+
+
+@pytest.mark.parametrize("dtype,tf32,expected", [
+    (torch.float32, True, "tf32"), (torch.float32, False, "float32"),
+    ("float32", True, "tf32"), ("tf32", False, "tf32"), (torch.float64, True, "float64"),
+    (torch.bfloat16, None, "bfloat16"), ("torch.float16", None, "float16"),
+    (torch.int8, None, "int8"), (torch.float8_e5m2, None, "float8_e5m2"),
+    (torch.float8_e4m3fnuz, None, "float8_e4m3fn"), ("bf16", None, "bfloat16"),
+    (torch.int32, None, None), ("nonsense", None, None), (3, None, None),
+])
+def test_dtype_key(dtype: object, tf32: bool | None, expected: str | None) -> None:
+    assert dtype_key(dtype, tf32) == expected
+
+
+@pytest.fixture
+def restore_tf32():
+    """Put TF32 settings back the way the test found them, through the new API."""
+    matmul = torch.backends.cuda.matmul
+    saved = getattr(matmul, "fp32_precision", None)
+    saved_legacy = torch.get_float32_matmul_precision() if saved is None else None
+    yield matmul
+    if saved is not None:
+        matmul.fp32_precision = saved
+    else:
+        torch.set_float32_matmul_precision(saved_legacy)
+
+
+def test_tf32_none_follows_allow_tf32(restore_tf32) -> None:
+    name = "NVIDIA A100-SXM4-80GB"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        restore_tf32.allow_tf32 = True
+        assert specs.tf32_enabled()
+        assert dtype_key(torch.float32) == "tf32"
+        assert peak_flops(name, torch.float32) == 156e12
+        restore_tf32.allow_tf32 = False
+        assert not specs.tf32_enabled()
+        assert peak_flops(name, torch.float32) == 19.5e12
+
+
+@pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"),
+                    reason="fp32_precision API needs torch >= 2.9")
+def test_tf32_none_follows_fp32_precision(restore_tf32) -> None:
+    restore_tf32.fp32_precision = "tf32"
+    assert specs.tf32_enabled()
+    assert peak_flops("NVIDIA H100 80GB HBM3", torch.float32) == 494.5e12
+    restore_tf32.fp32_precision = "ieee"
+    assert not specs.tf32_enabled()
+    assert peak_flops("NVIDIA H100 80GB HBM3", torch.float32) == 67e12
+
+
+def test_tf32_none_follows_float32_matmul_precision(restore_tf32) -> None:
+    torch.set_float32_matmul_precision("high")
+    assert specs.tf32_enabled()
+    torch.set_float32_matmul_precision("highest")
+    assert not specs.tf32_enabled()
+
+
+def test_tf32_enabled_emits_no_warnings(restore_tf32) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        specs.tf32_enabled()
+        dtype_key(torch.float32)
+    assert caught == []
+
+
+def test_device_peak_cpu_is_an_estimate_or_none() -> None:
+    peak = device_peak("cpu", torch.float32)
+    if peak is not None:
+        assert peak.estimate is True
+        assert peak.spec_name == "CPU (estimate)"
+        assert peak.dtype_key == "float32"
+        assert peak.flop_per_sec > 0
+        assert peak.source
+
+
+def test_device_peak_cpu_ignores_tf32() -> None:
+    peak = device_peak(torch.device("cpu"), torch.float32, tf32=True)
+    assert peak is None or peak.dtype_key == "float32"
+
+
+def test_device_peak_cpu_bf16_is_none() -> None:
+    assert device_peak("cpu", torch.bfloat16) is None
+    assert device_peak("cpu", "tf32") is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
+def test_device_peak_none_device_without_cuda_is_the_cpu() -> None:
+    peak = device_peak(None, torch.float32)
+    assert peak is None or peak.spec_name == "CPU (estimate)"
+    assert device_peak("cuda", torch.float32) is None
+
+
+def test_device_peak_unknown_device_types() -> None:
+    assert device_peak("meta", torch.float32) is None
+    assert device_peak("not-a-device", torch.float32) is None
+
+
+def _fake_cuda(monkeypatch, name: str, sms: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: name)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index=None: SimpleNamespace(multi_processor_count=sms))
+
+
+def test_device_peak_cuda_reads_name_and_sm_count(monkeypatch) -> None:
+    _fake_cuda(monkeypatch, "NVIDIA H100", 132)
+    peak = device_peak("cuda", torch.bfloat16)
+    assert peak.flop_per_sec == 989.5e12
+    assert (peak.device_name, peak.spec_name) == ("NVIDIA H100", "H100 SXM")
+    assert peak.dtype_key == "bfloat16" and peak.estimate is False and peak.source
+    assert device_peak("cuda:0", torch.float32, tf32=True).dtype_key == "tf32"
+    assert device_peak(None, torch.float32, tf32=False).flop_per_sec == 67e12
+    assert device_peak("cuda", torch.complex64) is None
+
+
+def test_device_peak_cuda_unknown_or_missing_dtype(monkeypatch) -> None:
+    _fake_cuda(monkeypatch, "NVIDIA RTX A6000", 84)
+    assert device_peak("cuda", torch.bfloat16) is None
+    _fake_cuda(monkeypatch, "Tesla T4", 40)
+    assert device_peak("cuda", torch.bfloat16) is None
+    assert device_peak("cuda", torch.float16).flop_per_sec == 65e12
