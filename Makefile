@@ -14,6 +14,8 @@ KERNEL := resource-accounting
 LAB_IP    ?= 127.0.0.1
 LAB_PORT  ?= 8888
 LAB_FLAGS ?=
+# Jupyter refuses to run as root unless told; containers and CI machines often are root.
+LAB_ROOT  := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 .PHONY: setup lab test student release bench mfu clean
 
@@ -29,7 +31,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@echo "set up .venv with kernel '$(KERNEL)'"
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_FLAGS)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) $(LAB_FLAGS)
 
 # One pytest run: the grader's tests (tests/), then nbval over every solution notebook.
 test: $(STAMP)

@@ -4,7 +4,7 @@ How `time_fn` measures, and why:
 
 * CPU (and any device without CUDA events): like `torch.utils.benchmark.Timer.blocked_autorange`.
   One `perf_counter` read costs tens of nanoseconds, so short calls are timed in *blocks*:
-  the block size is calibrated until one block lasts at least `min_block_seconds`, each block
+  the block size grows by powers of 10 until one block lasts at least `min_block_seconds`, each block
   is timed as a whole with `timeit.default_timer` (Python's garbage collector off, as
   `timeit` does), and the result is the median over `reps` blocks of block time / block size.
   On a device that is neither CPU nor CUDA the block ends with a synchronize.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import gc
 import itertools
-import math
 import platform
 import statistics
 import timeit
@@ -161,15 +160,17 @@ def _time_block(fn: Callable[[], object], number: int, sync: Callable[[], None] 
 
 
 def _calibrate_block(min_block_seconds: float, time_block: Callable[[int], float]) -> tuple[int, float]:
-    """Smallest-ish block size whose block lasts >= min_block_seconds; also the last block's time."""
+    """Block size (calls per timed block) whose block lasts >= min_block_seconds; also that block's time.
+
+    Grows by powers of 10 as blocked_autorange does, so both settle on the same block sizes;
+    longer blocks also make the per-call median steadier for sub-millisecond calls.
+    """
     number = 1
     while True:
         t = time_block(number)
-        if t >= min_block_seconds or number >= 2**31 - 1:
+        if t >= min_block_seconds or number * 10 > 2**31 - 1:
             return number, t
-        # Aim 20% past the target so noise does not leave us just short; grow at most 100x a step.
-        grow = min_block_seconds * 1.2 / max(t, 1e-9)
-        number = min(2**31 - 1, max(number + 1, min(number * 100, math.ceil(number * grow))))
+        number *= 10
 
 
 def _time_host(

@@ -7,6 +7,7 @@ wrong. Its docstring's first line is what the student sees next to it.
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -93,6 +94,8 @@ def _load_public() -> None:
 def load_hidden() -> bool:
     """Register the hidden checks; False in the student release, where they are left out."""
     _load_public()
+    if not os.path.isfile(os.path.join(os.path.dirname(__file__), "hidden", "__init__.py")):
+        return False  # decided by this package's own files, not by whatever else is on sys.path
     try:
         import grader.hidden  # noqa: F401
     except ModuleNotFoundError as e:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -256,7 +258,7 @@ def assert_clean_release(out: Path) -> None:
     assert list((out / "notebooks").glob("*.ipynb"))
     assert not (out / "solutions").exists() and not (out / "tests").exists()
     assert release.scan(out) == []
-    for path in out.rglob("*"):
+    for path in [*(out / "notebooks").rglob("*"), *(out / "grader").rglob("*")]:
         if path.is_file():
             assert not any(m.encode() in path.read_bytes() for m in FORBIDDEN), path
 
@@ -315,3 +317,24 @@ def test_release_never_deletes_the_repo_or_a_strangers_folder(tmp_path):
     assert not (stranger / "thesis.tex").exists()
     release.build_release(repo, repo / "dist" / "student")  # inside the repo: fine
     assert (repo / "grader" / "__init__.py").is_file()
+
+
+def test_release_grader_runs_public_checks_only(tmp_path):
+    """In the release the public checks work and hidden ones are absent, even beside an editable install."""
+    if not repo_ready(REPO):
+        pytest.skip("the repo has no solutions yet")
+    out = tmp_path / "release"
+    assert release.main(["--out", str(out)]) == 0
+    code = (
+        "import grader, grader.registry as r\n"
+        "assert grader.__file__.startswith(%r), grader.__file__\n"
+        "assert r.load_hidden() is False\n"
+        "res = grader.run_exercise('tensors.same_storage', lambda x, y: x is y)\n"
+        "assert res.status == 'failed' and all(not c.hidden for c in res.checks), res\n"
+        "try:\n"
+        "    grader.run_exercise('tensors.same_storage', lambda x, y: x is y, hidden=True)\n"
+        "except RuntimeError as e:\n"
+        "    print('refused:', e)\n" % str(out))
+    done = subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "refused: hidden checks are not part of the student release" in done.stdout
