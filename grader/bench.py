@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import gc
 import itertools
-import platform
 import statistics
 import timeit
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from grader import specs
+from grader import cpuinfo, specs
 
 __all__ = [
     "MatmulTiming",
@@ -90,21 +89,8 @@ def device_name(device: torch.device | str | None = None) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     if dev.type == "cpu":
-        return _cpu_name()
+        return cpuinfo.cpu_info().model
     return dev.type
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (Linux), else what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 # --------------------------------------------------------------------------------------

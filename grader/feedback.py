@@ -15,9 +15,14 @@ _LABEL = {"passed": "passed", "failed": "failed", "error": "error", "timeout": "
           "not_implemented": "not implemented yet", "missing": "missing"}
 
 
+def _kind(r: ExerciseResult) -> str:
+    """'public checks' in the notebook, where hidden ones have not run: their points are not the grade."""
+    return "checks" if any(c.hidden for c in r.checks) else "public checks"
+
+
 def _headline(r: ExerciseResult) -> str:
     passed = sum(c.passed for c in r.checks)
-    counted = f"{passed}/{len(r.checks)} checks" if r.checks else "no checks ran"
+    counted = f"{passed}/{len(r.checks)} {_kind(r)}" if r.checks else "no checks ran"
     return f"{r.exercise}: {_LABEL.get(r.status, r.status)} — {counted}, {r.score:g}/{r.points:g} points"
 
 
@@ -46,7 +51,7 @@ def render_html(r: ExerciseResult) -> str:
             f'padding:2px 8px;margin:4px 0">'
             f'<b>{html.escape(r.exercise)}</b> '
             f'<span style="color:{colour};font-weight:bold">{html.escape(_LABEL.get(r.status, r.status))}</span> '
-            f'— {sum(c.passed for c in r.checks)}/{len(r.checks)} checks, {r.score:g}/{r.points:g} points')
+            f'— {sum(c.passed for c in r.checks)}/{len(r.checks)} {_kind(r)}, {r.score:g}/{r.points:g} points')
     if r.status == "not_implemented":
         return head + "<br>Replace <code>raise NotImplementedError</code> with your code, then run this cell again.</div>"
     if not r.checks:

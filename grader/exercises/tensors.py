@@ -24,7 +24,8 @@ def expect_same_storage(same_storage, x, y, expected: bool, how: str) -> None:
     if got != expected:
         verdict = "share one storage" if expected else "have separate storages"
         fail(f"same_storage({how}) returned {got}, but they {verdict} "
-             f"(x: {describe(x)}; y: {describe(y)})")
+             f"(x: {describe(x)}, storage offset {x.storage_offset()}; "
+             f"y: {describe(y)}, storage offset {y.storage_offset()})")
 
 
 @SAME_STORAGE.check
@@ -72,7 +73,8 @@ def expect_offset(element_offset, x: torch.Tensor, index: tuple[int, ...], how: 
     expect_type(got, int, f"element_offset({how}, {index})")
     want = reference_offset(x, index)
     if got != want:
-        fail(f"element_offset({how}, {index}) returned {got}, but x[{index}] sits at storage position {want} "
+        where = ", ".join(map(str, index))
+        fail(f"element_offset({how}, {index}) returned {got}, but x[{where}] sits at storage position {want} "
              f"(x: {describe(x)}; stride {tuple(x.stride())}, storage offset {x.storage_offset()})")
 
 
