@@ -63,6 +63,28 @@ def expect_equal(actual: Any, expected: Any, what: str) -> None:
         fail(f"{what}: got {actual!r}, expected {expected!r}")
 
 
+def call(fn: Callable[..., Any], *args: Any, what: str) -> Any:
+    """Call student code on `args` and fail if it changed any tensor argument in place.
+
+    Checks compute their reference before calling, and this makes sure the inputs they
+    describe in messages are still the inputs the student saw.
+    """
+    before = [(a, a.detach().clone(), a.shape, a.stride(), a.storage_offset())
+              for a in args if isinstance(a, _Tensor)]
+    result = fn(*args)
+    for a, values, shape, stride, offset in before:
+        if (a.shape, a.stride(), a.storage_offset()) != (shape, stride, offset) or not _same_values(a, values):
+            fail(f"{what} changed its input in place ({describe(values)}); work on a copy or a new tensor")
+    return result
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach(), b.detach()
+    if a.is_floating_point():
+        return bool((((a == b) | (_isnan(a) & _isnan(b)))).all())
+    return bool((a == b).all())
+
+
 def expect_tensor(actual: Any, expected: torch.Tensor, what: str, *, rtol: float | None = None,
                   atol: float | None = None, check_dtype: bool = True, check_device: bool = True,
                   equal_nan: bool = True) -> None:
@@ -72,6 +94,8 @@ def expect_tensor(actual: Any, expected: torch.Tensor, what: str, *, rtol: float
     """
     if not isinstance(actual, _Tensor):
         fail(f"{what} should be a tensor, got {describe(actual)}")
+    if type(actual) not in (_Tensor, torch.nn.Parameter):
+        fail(f"{what} should be a plain torch.Tensor, got the subclass {type(actual).__name__}")
     if tuple(actual.shape) != tuple(expected.shape):
         fail(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
     if check_dtype and actual.dtype != expected.dtype:

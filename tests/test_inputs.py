@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grader.expect import CheckFailure, expect_raises, expect_tensor
+from grader.expect import CheckFailure, call, expect_raises, expect_tensor
 from grader.inputs import expanded, layouts, random_shape
 
 
@@ -57,3 +57,14 @@ def test_expect_raises():
         expect_raises(ValueError, lambda: {}[1], "f()")
     with pytest.raises(NotImplementedError):
         expect_raises(ValueError, lambda: (_ for _ in ()).throw(NotImplementedError), "f()")
+
+
+def test_call_catches_changed_inputs():
+    x = torch.arange(6.0)
+    assert torch.equal(call(lambda t: t * 2, x, what="f(x)"), x * 2)
+    with pytest.raises(CheckFailure, match="changed its input in place"):
+        call(lambda t: t.add_(1), x, what="f(x)")
+    with pytest.raises(CheckFailure, match="changed its input in place"):
+        call(lambda t: t.resize_(3), torch.arange(6.0), what="f(x)")
+    nan = torch.tensor([float("nan"), 1.0])
+    call(lambda t: t + 0, nan, what="f(x)")  # NaN inputs are unchanged, not "different from themselves"

@@ -120,6 +120,27 @@ def test_correct_answers_pass_every_check(name, fn):
 
 # ---------------------------------------------------------------- plausible but wrong
 
+def _split_then_wipe(x, num_heads):
+    out = split_rearrange(x.clone(), num_heads)
+    x.zero_()  # right output, but the caller's tensor is destroyed
+    return out
+
+
+def _scores_zeroing_inputs(q, k):
+    q.zero_(), k.zero_()  # the reference, if computed after the call, would be zeros too
+    return torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype)
+
+
+class _AlwaysClose(torch.Tensor):
+    """A tensor subclass that claims to equal anything."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.isclose, torch.Tensor.__eq__):
+            return torch.ones(args[0].shape, dtype=torch.bool)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
 WRONG = [
     # data_ptr() is where the view starts, not the storage
     ("same_storage", lambda x, y: x.data_ptr() == y.data_ptr()),
@@ -169,6 +190,10 @@ WRONG = [
     ("merge_heads", lambda x: einops.rearrange(x, "... h s d -> ... s (d h)")),
     # forgets the transpose
     ("merge_heads", lambda x: x.reshape(*x.shape[:-3], x.shape[-2], -1)),
+    # hostile or careless: changes the inputs, or returns a tensor that lies about equality
+    ("split_heads", _split_then_wipe),
+    ("attention_scores", _scores_zeroing_inputs),
+    ("attention_scores", lambda q, k: torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(_AlwaysClose)),
 ]
 
 

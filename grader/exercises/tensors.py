@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from grader.expect import (describe, expect, expect_equal, expect_raises, expect_tensor, expect_type, fail)
+from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_type, fail)
 from grader.registry import exercise
 
 _broadcast_shapes = torch.broadcast_shapes  # bound now: checks forbid the student from calling it
@@ -19,7 +19,7 @@ MERGE_HEADS = exercise("tensors.merge_heads", points=1)
 # ---------------------------------------------------------------- same_storage
 
 def expect_same_storage(same_storage, x, y, expected: bool, how: str) -> None:
-    got = same_storage(x, y)
+    got = call(same_storage, x, y, what=f"same_storage({how})")
     expect_type(got, bool, f"same_storage({how})")
     if got != expected:
         verdict = "share one storage" if expected else "have separate storages"
@@ -69,9 +69,9 @@ def numbered(n: int) -> torch.Tensor:
 
 
 def expect_offset(element_offset, x: torch.Tensor, index: tuple[int, ...], how: str) -> None:
-    got = element_offset(x, index)
-    expect_type(got, int, f"element_offset({how}, {index})")
     want = reference_offset(x, index)
+    got = call(element_offset, x, index, what=f"element_offset({how}, {index})")
+    expect_type(got, int, f"element_offset({how}, {index})")
     if got != want:
         where = ", ".join(map(str, index))
         fail(f"element_offset({how}, {index}) returned {got}, but x[{where}] sits at storage position {want} "
@@ -176,9 +176,10 @@ def reference_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 def expect_scores(attention_scores, q: torch.Tensor, k: torch.Tensor, how: str) -> None:
-    got = attention_scores(q, k)
+    want = reference_scores(q, k)
+    got = call(attention_scores, q, k, what=f"attention_scores(q, k) for {how}")
     tol = 2e-2 if q.dtype in (torch.bfloat16, torch.float16) else 1e-5
-    expect_tensor(got, reference_scores(q, k), f"attention_scores(q, k) for {how}", rtol=tol, atol=tol)
+    expect_tensor(got, want, f"attention_scores(q, k) for {how}", rtol=tol, atol=tol)
 
 
 @ATTENTION_SCORES.check
@@ -214,20 +215,30 @@ def reference_merge(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(-3, -2).reshape(*lead, seq, heads * d)
 
 
+def expect_split(split_heads, x: torch.Tensor, num_heads: int, layout: str = "") -> None:
+    what = f"split_heads(x of shape {tuple(x.shape)}{f' ({layout})' if layout else ''}, {num_heads})"
+    want = reference_split(x, num_heads)
+    expect_tensor(call(split_heads, x, num_heads, what=what), want, what)
+
+
+def expect_merge(merge_heads, x: torch.Tensor, how: str = "") -> None:
+    what = f"merge_heads({how or f'x of shape {tuple(x.shape)}'})"
+    want = reference_merge(x)
+    expect_tensor(call(merge_heads, x, what=what), want, what)
+
+
 @SPLIT_HEADS.check
 def splits_the_last_dim(split_heads):
     """(batch, seq, heads*d) becomes (batch, heads, seq, d), head h holding features h*d to (h+1)*d"""
     x = torch.randn(2, 5, 12)
-    expect_tensor(split_heads(x, 3), reference_split(x, 3), "split_heads(x of shape (2, 5, 12), 3)")
+    expect_split(split_heads, x, 3)
 
 
 @SPLIT_HEADS.check
 def any_leading_dims(split_heads):
     """no batch dimension, or two"""
-    x = torch.randn(5, 8)
-    expect_tensor(split_heads(x, 2), reference_split(x, 2), "split_heads(x of shape (5, 8), 2)")
-    x = torch.randn(2, 3, 4, 6)
-    expect_tensor(split_heads(x, 6), reference_split(x, 6), "split_heads(x of shape (2, 3, 4, 6), 6)")
+    expect_split(split_heads, torch.randn(5, 8), 2)
+    expect_split(split_heads, torch.randn(2, 3, 4, 6), 6)
 
 
 @SPLIT_HEADS.check
@@ -241,13 +252,11 @@ def not_divisible(split_heads):
 def inverts_split(merge_heads):
     """merge_heads undoes split_heads: (batch, heads, seq, d) becomes (batch, seq, heads*d)"""
     x = torch.randn(2, 5, 12)
-    expect_tensor(merge_heads(reference_split(x, 3)), x, "merge_heads(split_heads(x, 3)) for x of shape (2, 5, 12)")
+    expect_merge(merge_heads, reference_split(x, 3), "split_heads(x, 3) for x of shape (2, 5, 12)")
 
 
 @MERGE_HEADS.check
 def merge_any_leading_dims(merge_heads):
     """no batch dimension, or two"""
-    x = torch.randn(3, 5, 4)
-    expect_tensor(merge_heads(x), reference_merge(x), "merge_heads(x of shape (3, 5, 4))")
-    x = torch.randn(2, 2, 4, 3, 5)
-    expect_tensor(merge_heads(x), reference_merge(x), "merge_heads(x of shape (2, 2, 4, 3, 5))")
+    expect_merge(merge_heads, torch.randn(3, 5, 4))
+    expect_merge(merge_heads, torch.randn(2, 2, 4, 3, 5))
