@@ -10,7 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from grader.authoring.markers import FORBIDDEN, MarkerError
+from grader.authoring.markers import MarkerError, find_forbidden
 from grader.authoring.student import generate
 
 REQUIRED_FILES = ("pyproject.toml", "requirements.txt", "environment.yml", "README.md")
@@ -87,14 +87,10 @@ def scan(out: Path) -> list[str]:
 
     Only code and notebooks can carry solution text; the README may name the markers to explain them.
     """
-    needles = [m.encode() for m in FORBIDDEN]
-    hits = []
-    files = [p for d in ("notebooks", "grader") for p in (out / d).rglob("*") if p.is_file()]
-    for path in sorted(files):
-        for n, line in enumerate(path.read_bytes().splitlines(), start=1):
-            if any(needle in line for needle in needles):
-                hits.append(f"{path}:{n}: {line.strip()[:120].decode('utf-8', 'replace')}")
-    return hits
+    files = sorted(p for d in ("notebooks", "grader") for p in (out / d).rglob("*") if p.is_file())
+    return [f"{path}:{n}: {line[:120]}"
+            for path in files
+            for n, line in find_forbidden(path.read_bytes().decode("utf-8", "replace"))]
 
 
 def build_release(repo: Path, out: Path, force: bool = False) -> list[Path]:
