@@ -1,4 +1,4 @@
-"""`python -m grader <command>`: mfu (device table), student (generate notebooks/), release."""
+"""`python -m grader <command>`: grade (a class's submissions), mfu (device table), student, release, demo."""
 from __future__ import annotations
 
 import argparse
@@ -8,16 +8,27 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("grade", help="grade a folder of submissions into grades.csv and per-student reports",
+                   add_help=False)
     sub.add_parser("mfu", help="time matmuls per dtype on this device and report MFU", add_help=False)
     sub.add_parser("student", help="generate notebooks/ from solutions/", add_help=False)
     sub.add_parser("release", help="build the student release (no solutions, no hidden checks)", add_help=False)
+    sub.add_parser("demo", help="regenerate the demo cohort in demo/submissions from solutions/", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "mfu":
         from grader.mfu import main as run
+    elif args.command == "grade":
+        try:
+            from grader.autograde.cli import main as run
+        except ModuleNotFoundError:
+            print("`grade` is for instructors: the student release does not include the grader", file=sys.stderr)
+            return 2
     else:
         try:
             if args.command == "student":
                 from grader.authoring.student import main as run
+            elif args.command == "demo":
+                from grader.authoring.demo import main as run
             else:
                 from grader.authoring.release import main as run
         except ModuleNotFoundError:

@@ -30,6 +30,11 @@ def _in_ipython() -> bool:
 
 def check(exercise_id: str, *objs: Any) -> None:
     """Run the public checks of `exercise_id` on the student's objects and show the result; never raises."""
+    import os
+
+    if os.environ.get("GRADER_GRADING") == "1":  # the grader runs every check itself, outside this kernel
+        print(f"{exercise_id}: checked by the grader")
+        return
     from grader.runner import run_exercise  # the runner imports torch; keep `import grader` light to read
 
     try:

@@ -32,6 +32,7 @@ class Exercise:
     points: float
     needs: tuple[str, ...]
     title: str = ""
+    forbid: tuple[str, ...] = ()  # dotted names the student's code may not call, e.g. "torch.broadcast_shapes"
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -72,8 +73,12 @@ class Exercise:
 _EXERCISES: dict[str, Exercise] = {}
 
 
-def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None, title: str = "") -> Exercise:
-    """Declare an exercise; `needs` defaults to the part of the id after the chapter."""
+def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None, title: str = "",
+             forbid: tuple[str, ...] = ()) -> Exercise:
+    """Declare an exercise; `needs` defaults to the part of the id after the chapter.
+
+    `forbid` names library functions that would do the exercise for the student; calling one fails the check.
+    """
     if id.count(".") != 1:
         raise ValueError(f"exercise id must be '<chapter>.<name>', got {id!r}")
     if id in _EXERCISES:
@@ -82,7 +87,8 @@ def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None,
         needs = (id.split(".", 1)[1],)
     elif isinstance(needs, str):
         needs = (needs,)
-    ex = Exercise(id=id, points=points, needs=tuple(needs), title=title or id.split(".", 1)[1])
+    ex = Exercise(id=id, points=points, needs=tuple(needs), title=title or id.split(".", 1)[1],
+                  forbid=tuple(forbid))
     _EXERCISES[id] = ex
     return ex
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-# Statuses of one check, and of an exercise (grading adds missing, invalid, crashed, memory, tampered).
+# Statuses of one check and of an exercise. Memory and crashed come from grading in a separate
+# kernel; missing, invalid and tampered are decided about a whole notebook.
 PASSED, FAILED, ERROR, TIMEOUT, NOT_IMPLEMENTED, MISSING = (
     "passed", "failed", "error", "timeout", "not_implemented", "missing")
+MEMORY, CRASHED, INVALID, TAMPERED = "memory", "crashed", "invalid", "tampered"
 
 
 @dataclass
@@ -26,8 +28,8 @@ class CheckResult:
         """What a student may read: a hidden check's message never leaves the grader."""
         if not self.hidden or self.passed:
             return self.message
-        return {NOT_IMPLEMENTED: "not implemented yet", TIMEOUT: "took too long"}.get(
-            self.status, "a hidden check failed")
+        return {NOT_IMPLEMENTED: "not implemented yet", TIMEOUT: "took too long",
+                MEMORY: "ran out of memory", CRASHED: "the kernel died"}.get(self.status, "a hidden check failed")
 
 
 @dataclass
@@ -67,7 +69,7 @@ def summarize(checks: list[CheckResult]) -> tuple[str, str]:
     if statuses.count(NOT_IMPLEMENTED) == n:
         return NOT_IMPLEMENTED, "not implemented yet"
     first = next(c for c in checks if not c.passed)
-    for status in (TIMEOUT, ERROR, FAILED, NOT_IMPLEMENTED):
+    for status in (TIMEOUT, CRASHED, MEMORY, ERROR, FAILED, NOT_IMPLEMENTED):
         if status in statuses:
             break
     what = first.shown_message()

@@ -23,8 +23,8 @@ import torch
 from grader import registry
 from grader.expect import CheckFailure
 from grader.registry import Check, Exercise
-from grader.results import (ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT, CheckResult,
-                            ExerciseResult)
+from grader.results import (CRASHED, ERROR, FAILED, MEMORY, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT,
+                            CheckResult, ExerciseResult)
 
 _GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIB_DIRS = tuple({os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.__file__),
@@ -33,7 +33,58 @@ DEFAULT_CHECK_TIMEOUT = 60.0
 
 
 class CheckTimeout(BaseException):
-    """Raised inside a check when its time is up (a BaseException, so student `except Exception` can't eat it)."""
+    """Raised inside a check when its time is up (a BaseException, so student `except Exception` can't eat it).
+
+    The optional argument is the limit in seconds (or the whole message), when whoever raised it knows better.
+    """
+
+
+class CheckMemory(BaseException):
+    """Raised by grading when the student's code ran out of the kernel's memory; the argument says how much that was."""
+
+
+class CheckCrashed(BaseException):
+    """Raised by grading when the kernel running the student's code died; the argument says how."""
+
+
+def forbidden_message(exercise: Exercise, dotted: str) -> str:
+    return f"{exercise.name} must do this itself, not call {dotted}"
+
+
+@contextlib.contextmanager
+def forbidding(exercise: Exercise) -> Iterator[None]:
+    """Replace each of the exercise's forbidden functions with one that fails the check, then put them back."""
+    import importlib
+
+    saved = []
+    for dotted in exercise.forbid:
+        owner_path, attr = dotted.rsplit(".", 1)
+        owner: Any = importlib.import_module(owner_path.split(".")[0])
+        for part in owner_path.split(".")[1:]:
+            owner = getattr(owner, part)
+
+        def refuse(*args: Any, _dotted: str = dotted, **kwargs: Any) -> None:
+            raise CheckFailure(forbidden_message(exercise, _dotted))
+
+        saved.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, refuse)
+    try:
+        yield
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+
+
+def _forbid_during(obj: Any, exercise: Exercise) -> Any:
+    """The student's function, refusing the exercise's forbidden functions while it runs."""
+    if not exercise.forbid or not callable(obj):
+        return obj
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        with forbidding(exercise):
+            return obj(*args, **kwargs)
+    guarded.__name__ = getattr(obj, "__name__", "student_function")
+    return guarded
 
 
 def seed_for(exercise_id: str, check_name: str) -> int:
@@ -98,7 +149,9 @@ def _error_message(e: BaseException) -> str:
     head = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
     if len(head) > 300:
         head = head[:297] + "..."
-    where = student_frames(e.__traceback__)
+    where = getattr(e, "grader_where", None)  # set on errors raised in the grading kernel
+    if where is None:
+        where = student_frames(e.__traceback__)
     return f"{head} ({where})" if where else head
 
 
@@ -109,8 +162,14 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
     try:
         with _isolated(seed_for(exercise.id, check.name)), _time_limit(limit):
             check.fn(*objs)
-    except CheckTimeout:
-        status, message = TIMEOUT, f"stopped after {limit:g} s (an infinite loop, or far too slow)"
+    except CheckTimeout as e:
+        given = e.args[0] if e.args else limit
+        status, message = TIMEOUT, (given if isinstance(given, str) else
+                                    f"stopped after {given:g} s (an infinite loop, or far too slow)")
+    except CheckMemory as e:
+        status, message = MEMORY, f"ran out of memory (the limit is {e.args[0] if e.args else 'the kernel limit'})"
+    except CheckCrashed as e:
+        status, message = CRASHED, f"the kernel died ({e.args[0] if e.args else 'it crashed'})"
     except CheckFailure as e:
         status, message = FAILED, str(e)
     except NotImplementedError:
@@ -137,6 +196,7 @@ def run_exercise(exercise_id: str, *objs: Any, hidden: bool = False,
         return ExerciseResult(ex.id, ex.points, [], ERROR,
                               f"the check needs {len(ex.needs)} argument(s): {names}; got {len(objs)}")
     checks = ex.checks if hidden else ex.public_checks()
+    objs = tuple(_forbid_during(o, ex) for o in objs)
     return ExerciseResult(ex.id, ex.points, [run_check(ex, c, objs, timeout) for c in checks])
 
 
@@ -156,4 +216,5 @@ def run_namespace(namespace: Mapping[str, Any], chapter: str | None = None, hidd
     return results
 
 
-__all__ = ["run_exercise", "run_namespace", "run_check", "CheckTimeout", "FAILED", "NOT_IMPLEMENTED"]
+__all__ = ["run_exercise", "run_namespace", "run_check", "CheckTimeout", "CheckMemory", "CheckCrashed", "forbidding",
+           "FAILED", "NOT_IMPLEMENTED"]

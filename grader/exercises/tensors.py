@@ -6,11 +6,11 @@ import torch
 from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_type, fail)
 from grader.registry import exercise
 
-_broadcast_shapes = torch.broadcast_shapes  # bound now: checks forbid the student from calling it
+_broadcast_shapes = torch.broadcast_shapes  # the reference, bound before any student code runs
 
 SAME_STORAGE = exercise("tensors.same_storage", points=2)
 ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
-BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2)
+BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2, forbid=("torch.broadcast_shapes",))
 ATTENTION_SCORES = exercise("tensors.attention_scores", points=2)
 SPLIT_HEADS = exercise("tensors.split_heads", points=2)
 MERGE_HEADS = exercise("tensors.merge_heads", points=1)
@@ -128,21 +128,8 @@ def out_of_range(element_offset):
 
 # ---------------------------------------------------------------- broadcast_shape
 
-class _Forbidden:
-    """Stands in for torch.broadcast_shapes while the student's function runs."""
-
-    def __enter__(self):
-        def refuse(*args, **kwargs):
-            fail("broadcast_shape must apply the rule itself, not call torch.broadcast_shapes")
-        torch.broadcast_shapes = refuse
-
-    def __exit__(self, *exc):
-        torch.broadcast_shapes = _broadcast_shapes
-
-
 def expect_broadcast(broadcast_shape, a: tuple[int, ...], b: tuple[int, ...]) -> None:
-    with _Forbidden():
-        got = broadcast_shape(a, b)
+    got = broadcast_shape(a, b)
     expect_type(got, tuple, f"broadcast_shape({a}, {b})")
     expect_equal(tuple(got), tuple(_broadcast_shapes(a, b)), f"broadcast_shape({a}, {b})")
     expect(all(type(s) is int for s in got), f"broadcast_shape({a}, {b}) should hold ints, got {got!r}")

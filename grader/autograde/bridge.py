@@ -1,0 +1,233 @@
+"""Call the student's functions in their kernel from the grading process, as if they were local.
+
+A check written for the notebook (`same_storage(x, x.t())`) runs unchanged here: the student's
+function is a `RemoteFunction`. Its arguments go to the kernel with torch.save, the kernel runs
+the student's code (see kernel_side.py), and the reply comes back through
+`torch.load(weights_only=True)`, which builds tensors and plain values and can run no code.
+So everything the checks compare lives in this process, out of the notebook's reach.
+"""
+from __future__ import annotations
+
+import builtins
+import secrets
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grader.autograde import kernel_side
+from grader.autograde.kernel import NotebookKernel, Outcome
+from grader.expect import CheckFailure
+from grader.registry import Exercise
+from grader.runner import CheckCrashed, CheckMemory, CheckTimeout, forbidden_message
+
+MAX_REPLY_BYTES = 256 * 2**20
+_SOURCE = Path(kernel_side.__file__).read_text(encoding="utf-8")
+# Installs the bridge module in the kernel (at setup, and again if the notebook deleted it); then each
+# request is one short line, which IPython runs in about 2 ms.
+_INSTALL = (f"import sys as _s, types as _t\n_m = _t.ModuleType({kernel_side.MODULE!r})\n"
+            f"exec(compile({_SOURCE!r}, {kernel_side.BRIDGE_FILE!r}, 'exec'), _m.__dict__)\n"
+            f"_s.modules[{kernel_side.MODULE!r}] = _m\ndel _s, _t, _m")
+_SERVE = f"__import__('sys').modules[{kernel_side.MODULE!r}].serve"
+
+# What a notebook must not replace: the comparisons a grader would use, and how errors are shown.
+PROTECTED = (
+    "torch.allclose", "torch.equal", "torch.isclose", "torch.testing.assert_close",
+    "torch.Tensor.__eq__", "torch.Tensor.allclose", "torch.Tensor.equal", "torch.Tensor.__bool__",
+    "numpy.allclose", "numpy.array_equal", "numpy.testing.assert_allclose",
+    "builtins.isinstance", "builtins.type",
+    "IPython.core.interactiveshell.InteractiveShell.showtraceback",
+    "IPython.core.interactiveshell.InteractiveShell._showtraceback",
+    "IPython.core.interactiveshell.InteractiveShell.showsyntaxerror",
+)
+IMPORTS = ("torch", "numpy", "grader", "grader.notebook", "grader.runner", "grader.expect", "grader.registry",
+           "grader.results", "grader.feedback", "grader.exercises")
+
+
+class RemoteObject:
+    """Stands for a value that is not plain data (a student's own class, a numpy array...): equal to nothing."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+_CLASSES: dict[tuple[str, str], type] = {}
+
+
+def _remote_class(module: str, qualname: str, base: type) -> type:
+    """A local class named like the student's, so messages read `got MyTensor` or `raised ShapeError`."""
+    key = (module + "." + qualname, base.__name__)
+    if key not in _CLASSES:
+        name = qualname.rsplit(".", 1)[-1] or "object"
+        _CLASSES[key] = type(name, (base,), {"__module__": module or "student"})
+    return _CLASSES[key]
+
+
+class Bridge:
+    """The grading side of one kernel: requests go in files under a private folder, replies come back the same way."""
+
+    def __init__(self, kernel: NotebookKernel) -> None:
+        self.kernel = kernel
+        self.folder = Path(tempfile.mkdtemp(prefix="grader-bridge-"))
+        self.tampered: set[str] = set()
+        self.deadline: float | None = None   # set per check: all its calls share the check's time
+        self.limit = 0.0
+        self._n = 0
+
+    def close(self) -> None:
+        for p in self.folder.iterdir():
+            p.unlink(missing_ok=True)
+        self.folder.rmdir()
+
+    # ---------------------------------------------------------------- requests
+
+    def request(self, op: str, payload: dict | None, timeout: float) -> tuple[Outcome, dict | None]:
+        self._n += 1
+        req = self.folder / f"{self._n}.req" if payload is not None else None
+        resp = self.folder / f"{self._n}.resp"
+        if req is not None:
+            torch.save(payload, req)
+        code = f"{_SERVE}{(op, str(req) if req else '', str(resp))!r}"
+        outcome = self.kernel.call(code, timeout)
+        if outcome.status == "error" and outcome.ename == "KeyError" and kernel_side.MODULE in outcome.evalue:
+            self.kernel.call(_INSTALL, 30)
+            outcome = self.kernel.call(code, timeout)
+        reply = None
+        if outcome.status == "ok":
+            reply = self._load(resp)
+            if reply is None:
+                outcome = Outcome("error", "BridgeError", "the kernel wrote no readable reply")
+        for p in (req, resp):
+            if p is not None:
+                p.unlink(missing_ok=True)
+        if reply is not None:
+            self.tampered.update(str(t) for t in reply.get("tampered", []))
+        return outcome, reply
+
+    @staticmethod
+    def _load(path: Path) -> dict | None:
+        try:
+            if path.stat().st_size > MAX_REPLY_BYTES:
+                return None
+            reply = torch.load(path, weights_only=True)
+        except Exception:
+            return None
+        return reply if isinstance(reply, dict) else None
+
+    def setup(self) -> Outcome:
+        self.kernel.call(_INSTALL, 60)
+        outcome, _ = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED)}, 120)
+        return outcome
+
+    def probe(self) -> None:
+        self.request("probe", None, 30)
+
+    def names(self, wanted: list[str]) -> dict[str, str]:
+        outcome, reply = self.request("names", {"names": wanted}, 30)
+        if reply is None:
+            return {}
+        return {k: str(v) for k, v in reply.items() if k in wanted}
+
+    # ---------------------------------------------------------------- calls
+
+    def call(self, name: str, exercise: Exercise, args: tuple, kwargs: dict) -> Any:
+        """Run the student's `name(*args, **kwargs)` in the kernel: its result, or its exception raised here."""
+        remaining = (self.deadline - time.monotonic()) if self.deadline is not None else self.kernel.limits.check_timeout
+        if remaining <= 0:
+            raise CheckTimeout(self.limit)
+        token = "\0grader-opaque-" + secrets.token_hex(8) + "-"
+        seed = zlib.crc32(f"{exercise.id}:{name}:{self._n}".encode())
+        storages: dict = {}
+        packed_args, packed_kwargs = kernel_side.pack((tuple(args), dict(kwargs)), token, storages)
+        payload = {"name": name, "args": packed_args, "kwargs": packed_kwargs, "seed": seed,
+                   "forbid": list(exercise.forbid), "token": token, "storages": kernel_side.storage_list(storages)}
+        outcome, reply = self.request("call", payload, remaining)
+        if outcome.status == "timeout":
+            self.kernel.recover(outcome)
+            raise CheckTimeout("the notebook's time ran out" if outcome.evalue == "notebook" else self.limit)
+        if outcome.status == "dead":
+            self.kernel.restart()
+            raise CheckCrashed("while running the student's code; os._exit, a segfault or the memory limit")
+        if reply is None:
+            raise RuntimeError(f"the kernel could not run the check: {outcome.ename}: {outcome.evalue}")
+        try:
+            remote_args, result = kernel_side.unpack((list(reply.get("args") or []), reply.get("result")), token,
+                                                     list(reply.get("storages") or []))
+        except Exception as e:  # a reply that does not decode is the student's doing (or a grader bug): not a pass
+            raise RuntimeError(f"the kernel's reply could not be read ({type(e).__name__})") from None
+        self._copy_back(args, remote_args)
+        if not reply.get("ok"):
+            raise self._exception(reply.get("error") or {}, exercise)
+        return self._decode(result, token, reply.get("opaque") or {}, args, remote_args)
+
+    @staticmethod
+    def _copy_back(local: tuple, remote: list) -> None:
+        """Make the student's in-place changes to an argument visible here, where the check looks for them."""
+        for a, r in zip(local, remote):
+            if not isinstance(a, torch.Tensor) or not isinstance(r, torch.Tensor):
+                continue
+            same = (a.shape, a.stride(), a.storage_offset(), a.dtype) == (r.shape, r.stride(), r.storage_offset(), r.dtype)
+            if same and bool(((a.detach() == r) | (a.detach().isnan() & r.isnan())).all()):
+                continue
+            with torch.no_grad():
+                a.set_(r)
+
+    def _exception(self, err: dict, exercise: Exercise) -> BaseException:
+        if err.get("forbidden"):
+            return CheckFailure(forbidden_message(exercise, str(err["forbidden"])))
+        if err.get("oom"):
+            return CheckMemory(f"{self.kernel.limits.memory / 2**30:g} GiB")
+        base: type = RuntimeError
+        for name in err.get("mro") or []:
+            cls = getattr(builtins, str(name), None)
+            if isinstance(cls, type) and issubclass(cls, Exception):
+                base = cls
+                break
+        name = str(err.get("name") or base.__name__)
+        cls = base if name == base.__name__ else _remote_class("", name, base)
+        e = cls(str(err.get("message", "")))
+        e.grader_where = str(err.get("where", ""))
+        return e
+
+    def _decode(self, x: Any, token: str, opaque: dict, local_args: tuple, remote_args: list) -> Any:
+        if isinstance(x, str) and x.startswith(token) and x in opaque:
+            module, qualname, text = (str(v) for v in opaque[x])
+            return _remote_class(module, qualname, RemoteObject)(text)
+        if isinstance(x, torch.Tensor):
+            return self._rebase(x, local_args, remote_args)
+        if type(x) in (tuple, list):
+            return type(x)(self._decode(v, token, opaque, local_args, remote_args) for v in x)
+        if type(x) is dict:
+            return {k: self._decode(v, token, opaque, local_args, remote_args) for k, v in x.items()}
+        return x
+
+    @staticmethod
+    def _rebase(t: torch.Tensor, local_args: tuple, remote_args: list) -> torch.Tensor:
+        """A result that is a view of an argument becomes a view of the local argument, as it was in the notebook."""
+        ptr = t.untyped_storage().data_ptr()
+        for a, r in zip(local_args, remote_args):
+            if (isinstance(a, torch.Tensor) and isinstance(r, torch.Tensor) and r.untyped_storage().data_ptr() == ptr
+                    and ptr != 0 and a.untyped_storage().nbytes() == r.untyped_storage().nbytes()):
+                return torch.empty(0, dtype=t.dtype).set_(a.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+        return t
+
+
+class RemoteFunction:
+    """The student's function as the checks see it; calling it runs the original in the kernel."""
+
+    def __init__(self, bridge: Bridge, name: str, exercise: Exercise) -> None:
+        self._bridge, self._exercise = bridge, exercise
+        self.__name__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bridge.call(self.__name__, self._exercise, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<student function {self.__name__}>"
+

@@ -1,0 +1,72 @@
+"""`python -m grader grade SUBMISSIONS --out OUT`: grade a class's notebooks into four output files."""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from grader.autograde.cohort import default_workers, grade_cohort
+from grader.autograde.kernel import GiB, Limits
+
+DEMO = Path(__file__).resolve().parents[2] / "demo" / "submissions"
+
+
+def parse_size(text: str) -> int:
+    """`4G`, `512M`, `1.5GiB` or a number of bytes."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kKmMgG]?)(i?[bB])?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 4G or 512M)")
+    return int(float(m.group(1)) * {"": 1, "k": 2**10, "m": 2**20, "g": GiB}[m.group(2).lower()])
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = Limits()
+    parser = argparse.ArgumentParser(prog="python -m grader grade", description=__doc__)
+    parser.add_argument("submissions", nargs="?", type=Path,
+                        help="folder of <student>/ folders and <student>.zip files (default: the demo cohort)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for grades.csv, gradebook.csv and per-student files")
+    parser.add_argument("--workers", type=int, default=default_workers(), help="notebooks graded at once (default: cores)")
+    parser.add_argument("--timeout", type=float, default=d.cell_timeout, help=f"seconds per notebook cell ({d.cell_timeout:g})")
+    parser.add_argument("--check-timeout", type=float, default=d.check_timeout, help=f"seconds per check ({d.check_timeout:g})")
+    parser.add_argument("--notebook-timeout", type=float, default=d.notebook_timeout,
+                        help=f"seconds per notebook, cells and checks together ({d.notebook_timeout:g})")
+    parser.add_argument("--memory", type=parse_size, default=d.memory, help="memory per kernel (4G)")
+    parser.add_argument("--chapters", help="comma-separated notebook stems (default: every chapter submitted)")
+    args = parser.parse_args(argv)
+
+    submissions = args.submissions or DEMO
+    console = Console(stderr=True)
+    if not submissions.is_dir():
+        console.print(f"[red]grading could not run:[/] {submissions} is not a folder of submissions")
+        return 2
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        probe = args.out / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        console.print(f"[red]grading could not run:[/] cannot write to {args.out} ({e.strerror})")
+        return 2
+    workers = max(1, args.workers)
+    limits = Limits(cell_timeout=args.timeout, check_timeout=args.check_timeout,
+                    notebook_timeout=args.notebook_timeout, memory=args.memory,
+                    threads=max(1, default_workers() // workers))
+    chapters = [c.strip() for c in args.chapters.split(",")] if args.chapters else None
+    try:
+        summary = grade_cohort(submissions, args.out, workers, limits, chapters, console)
+    except ValueError as e:
+        console.print(f"[red]grading could not run:[/] {e}")
+        return 2
+    for w in summary.warnings:
+        console.print(f"[yellow]note:[/] {w}")
+    console.print(f"graded {summary.students} students: {summary.notebooks} notebooks run, {summary.reused} kept "
+                  f"from an earlier run, in {summary.seconds:g} s; wrote {args.out}/grades.csv, gradebook.csv "
+                  f"and per-student results.json and feedback.html")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Grade a whole class: every student's notebooks, in parallel worker processes, resumably.
+
+Each notebook's record is saved (atomically) as soon as it is graded, under OUT/.state; a re-run
+reuses every record whose notebook and grader are unchanged, so a killed run resumes where it
+stopped and ends with the same files. Student outputs are written when a student is complete,
+the two class-wide CSVs after every student.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from grader import chapters as chapter_names
+from grader import registry
+from grader.autograde import report
+from grader.autograde.collect import Submission, collect
+from grader.autograde.kernel import Limits
+from grader.autograde.notebook import grade, whole_notebook
+from grader.autograde.records import NotebookRecord
+from grader.results import CRASHED, INVALID
+
+GRADER_DIR = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Task:
+    student: str
+    chapter: str
+    path: Path | None
+    folder: Path | None
+    source: str
+    fingerprint: str
+    message: str = ""       # why there is no notebook (missing or invalid)
+    status: str = ""        # INVALID when the whole submission is unreadable
+
+
+@dataclass
+class Summary:
+    students: int = 0
+    notebooks: int = 0      # notebooks run in a kernel by this run
+    reused: int = 0         # records kept from an earlier run
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def grader_fingerprint(limits: Limits) -> str:
+    """Changes when any check, the grading code or the limits change: then old records are regraded."""
+    h = hashlib.sha256(repr(replace(limits, threads=0)).encode())  # threads change no grade
+    for path in sorted(GRADER_DIR.rglob("*.py")):
+        h.update(path.relative_to(GRADER_DIR).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def graded_chapters(subs: list[Submission], asked: list[str] | None) -> list[str]:
+    """The chapters asked for, else every chapter some student submitted; only chapters that have exercises."""
+    with_exercises = [c for c in chapter_names.NOTEBOOKS if registry.all_exercises(chapter_names.key(c))]
+    if asked:
+        unknown = [c for c in asked if c not in chapter_names.NOTEBOOKS]
+        if unknown:
+            raise ValueError(f"unknown chapter(s) {', '.join(unknown)}; chapters: {', '.join(chapter_names.NOTEBOOKS)}")
+        return [c for c in chapter_names.NOTEBOOKS if c in asked and c in with_exercises]
+    found = {c for s in subs for c in s.chapters()}
+    return [c for c in with_exercises if c in found] or with_exercises
+
+
+def plan(subs: list[Submission], chapters: list[str], base: str) -> list[Task]:
+    tasks = []
+    for sub in subs:
+        for chapter in chapters:
+            found = sub.find(chapter)
+            if sub.problem:
+                tasks.append(Task(sub.student, chapter, None, None, "", "", f"the submission is {sub.problem}", INVALID))
+                continue
+            digest = ""
+            if found.path is not None:
+                h = hashlib.sha256(base.encode())
+                h.update(found.path.read_bytes())
+                digest = h.hexdigest()
+            tasks.append(Task(sub.student, chapter, found.path, found.folder, found.source, digest, found.message))
+    return tasks
+
+
+def _state_path(out: Path, task: Task) -> Path:
+    return report.student_dir(out / ".state", task.student) / f"{task.chapter}.json"
+
+
+def _reuse(out: Path, task: Task) -> NotebookRecord | None:
+    try:
+        data = json.loads(_state_path(out, task).read_text(encoding="utf-8"))
+        record = NotebookRecord.from_dict(data)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return record if record.fingerprint == task.fingerprint and record.student == task.student else None
+
+
+def _worker_init() -> None:
+    registry.load_hidden()
+
+
+def _run(task: Task, limits: Limits, scratch_root: str) -> NotebookRecord:
+    """In a worker: grade one notebook in its own scratch folder; a grader failure is a status, never a raise."""
+    scratch = Path(tempfile.mkdtemp(prefix="nb-", dir=scratch_root))
+    try:
+        return grade(task.student, task.chapter, task.path, task.folder, scratch, limits, task.source,
+                     task.fingerprint, task.message)
+    except BaseException as e:  # a bug in the grader must cost one notebook, not the class
+        return NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
+            task.student, task.chapter, CRASHED, f"the grader itself failed on this notebook: {type(e).__name__}: {e}"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _instant(task: Task) -> NotebookRecord:
+    """Missing and unreadable submissions need no kernel."""
+    status = task.status or "missing"
+    return NotebookRecord(task.student, task.chapter, task.source, task.fingerprint, 0.0,
+                          whole_notebook(task.student, task.chapter, status, task.message))
+
+
+def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, chapters: list[str] | None = None,
+                 console: Console | None = None) -> Summary:
+    """Grade every submission under `submissions` into `out`; returns what was done."""
+    registry.load_hidden()
+    start = time.monotonic()
+    console = console or Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="grader-") as scratch_root:
+        subs, warnings = collect(submissions, Path(scratch_root) / "zips")
+        chosen = graded_chapters(subs, chapters)
+        base = grader_fingerprint(limits)
+        tasks = plan(subs, chosen, base)
+        students = [s.student for s in subs]
+        summary = Summary(students=len(students), warnings=warnings)
+        records: dict[tuple[str, str], NotebookRecord] = {}
+        pending: list[Task] = []
+        for task in tasks:
+            if task.path is None:
+                records[(task.student, task.chapter)] = _instant(task)
+            elif (old := _reuse(out, task)) is not None:
+                records[(task.student, task.chapter)] = old
+                summary.reused += 1
+            else:
+                pending.append(task)
+        left = {s: sum(1 for t in pending if t.student == s) for s in students}
+
+        def finish(record: NotebookRecord) -> None:
+            records[(record.student, record.chapter)] = record
+            report.write_atomic(_state_path(out, Task(record.student, record.chapter, None, None, "", "")),
+                                json.dumps(record.to_dict(), ensure_ascii=False, indent=1, sort_keys=True) + "\n")
+
+        def student_done(student: str) -> None:
+            mine = [r for (s, _), r in records.items() if s == student]
+            report.write_student(out, student, mine)
+            report.write_cohort(out, records.values(), students, chosen)
+
+        for s in students:  # students with nothing to run are complete already
+            if left[s] == 0:
+                student_done(s)
+        columns = (TextColumn("[bold]grading"), BarColumn(), TextColumn("{task.completed}/{task.total} students"),
+                   TextColumn("{task.fields[current]}"), TimeElapsedColumn(), TextColumn("left"),
+                   TimeRemainingColumn())
+        with Progress(*columns, console=console, transient=False) as progress:
+            bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
+                                    current="")
+            for record in _execute(pending, workers, limits, scratch_root,
+                                   lambda running: progress.update(bar, current=", ".join(running))):
+                finish(record)
+                summary.notebooks += 1
+                left[record.student] -= 1
+                if left[record.student] == 0:
+                    student_done(record.student)
+                    progress.advance(bar)
+        report.write_cohort(out, records.values(), students, chosen)
+        for s in students:
+            report.write_student(out, s, [r for (st, _), r in records.items() if st == s])
+    summary.seconds = round(time.monotonic() - start, 1)
+    return summary
+
+
+def _execute(tasks: list[Task], workers: int, limits: Limits, scratch_root: str, show):
+    """Yield each task's record as it is done, keeping `workers` notebooks running; a dead worker is replaced."""
+    queue = list(tasks)
+    tries: dict[int, int] = {}
+    while queue:
+        ctx = get_context("spawn")
+        with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init) as pool:
+            running: dict[Future, Task] = {}
+            broken = False
+            while (queue or running) and not broken:
+                while queue and len(running) < max(1, workers):
+                    task = queue.pop(0)
+                    running[pool.submit(_run, task, limits, scratch_root)] = task
+                show([f"{t.student} / {t.chapter}" for t in running.values()])
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    task = running.pop(fut)
+                    try:
+                        yield fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        tries[id(task)] = tries.get(id(task), 0) + 1
+                        if tries[id(task)] >= 2:
+                            yield NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
+                                task.student, task.chapter, CRASHED, "the grading process died twice on this notebook"))
+                        else:
+                            queue.insert(0, task)
+            if broken:
+                queue[:0] = list(running.values())
+    show([])
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

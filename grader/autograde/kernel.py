@@ -1,0 +1,252 @@
+"""One student notebook in a fresh, limited kernel: run its cells, survive what they do, replay after a crash.
+
+The kernel is the course's Python (this interpreter) started through `grader.autograde.launch`,
+which applies the memory limit, whatever kernel the notebook's metadata names. Cells that kill
+or hang the kernel are remembered and skipped when the kernel is restarted and the notebook
+replayed, so the definitions in the other cells survive.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from queue import Empty
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import psutil
+from jupyter_client.blocking import BlockingKernelClient
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one notebook may use while graded (all configurable from the command line)."""
+    cell_timeout: float = 60.0       # seconds per notebook cell
+    check_timeout: float = 20.0      # seconds per check (all the calls one check makes)
+    notebook_timeout: float = 600.0  # seconds for the whole notebook: cells, replays and checks
+    memory: int = 4 * GiB            # address space of the kernel process (RLIMIT_AS)
+    threads: int = 1                 # torch / OpenMP threads in the kernel
+    max_restarts: int = 4            # kernel restarts (each replays the notebook) before giving up
+
+
+@dataclass
+class Outcome:
+    """How one execution ended: ok, error (with the exception's name and text), timeout or dead."""
+    status: str
+    ename: str = ""
+    evalue: str = ""
+
+
+class _GradingKernelManager(AsyncKernelManager):
+    """Always the course's interpreter with the grading launcher, never the kernel a notebook asks for."""
+
+    @property
+    def kernel_spec(self) -> KernelSpec:  # type: ignore[override]
+        return KernelSpec(argv=[sys.executable, "-m", "grader.autograde.launch", "-f", "{connection_file}"],
+                          display_name="grading", language="python", metadata={})
+
+
+class _QuietClient(NotebookClient):
+    """Keeps no outputs: grading never reads them, so a notebook printing gigabytes costs time, not memory."""
+
+    def output(self, outs, msg, display_id, cell_index):  # noqa: D102
+        return None
+
+
+@dataclass
+class NotebookKernel:
+    sources: list[str]                      # the notebook's code cells, in order
+    cwd: Path                               # scratch copy of the notebook's folder
+    limits: Limits
+    setup: Any = None                       # callable(kernel) run after each (re)start, before any cell
+    outcomes: dict[int, Outcome] = field(default_factory=dict)   # first outcome of each cell
+    skip: set[int] = field(default_factory=set)                   # cells that killed or hung the kernel
+    restarts: int = 0
+    gave_up: str = ""                       # why the kernel is gone for good ("" while usable)
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.limits.notebook_timeout
+        self._client: NotebookClient | None = None
+        self._ran_upto = 0                 # cells before this index have been run once
+        self._reply: dict | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        n = str(self.limits.threads)
+        env.update({
+            "CUDA_VISIBLE_DEVICES": "",        # grades must not depend on the grading machine having a GPU
+            "GRADER_GRADING": "1",             # grader.check in the notebook only says the grader runs the checks
+            "GRADER_MEMORY_LIMIT": str(self.limits.memory),
+            "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
+        })
+        return env
+
+    def start(self) -> None:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("")])
+        client = _QuietClient(nb, km=_GradingKernelManager(), timeout=int(self.limits.cell_timeout),
+                              allow_errors=True, interrupt_on_timeout=False, record_timing=False,
+                              shutdown_kernel="immediate", startup_timeout=120, iopub_timeout=10)
+        client.on_cell_executed = self._on_executed
+        client.start_new_kernel(cwd=str(self.cwd), env=self._env())
+        client.start_new_kernel_client()
+        self._client = client
+        fast = BlockingKernelClient()
+        fast.load_connection_info(client.km.get_connection_info())
+        fast.start_channels(iopub=False, stdin=False, hb=False, control=False)
+        self._fast = fast
+        if self.setup is not None:
+            self.setup(self)
+
+    def _on_executed(self, cell: Any, cell_index: int, execute_reply: dict) -> None:
+        self._reply = execute_reply
+
+    def close(self) -> None:
+        fast, self._fast = getattr(self, "_fast", None), None
+        if fast is not None:
+            fast.stop_channels()
+        client, self._client = self._client, None
+        if client is None or client.km is None:
+            return
+        pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
+        try:
+            kids = psutil.Process(pid).children(recursive=True) if pid else []
+        except psutil.Error:
+            kids = []
+        try:
+            client._cleanup_kernel()
+        except Exception:
+            pass
+        for p in kids:  # processes the notebook started (e.g. torch.multiprocessing workers)
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+
+    def __enter__(self) -> "NotebookKernel":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- executing
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def execute(self, source: str, timeout: float) -> Outcome:
+        """Run code in the kernel; the limit is also cut to what is left of the notebook's time."""
+        if self._client is None:
+            return Outcome("dead", "", self.gave_up or "the kernel is not running")
+        timeout = min(timeout, self.remaining())
+        if timeout <= 0:
+            return Outcome("timeout", "", "notebook")
+        client = self._client
+        client.timeout = max(1, int(timeout + 0.999))
+        client.nb.cells[0] = cell = nbformat.v4.new_code_cell(source)
+        self._reply = None
+        try:
+            client.execute_cell(cell, 0, store_history=False)
+        except CellTimeoutError:
+            return Outcome("timeout")
+        except DeadKernelError:
+            return Outcome("dead")
+        content = (self._reply or {}).get("content", {})
+        if content.get("status") == "error":
+            return Outcome("error", str(content.get("ename", "")), str(content.get("evalue", ""))[:300])
+        return Outcome("ok")
+
+    def _alive(self) -> bool:
+        process = getattr(getattr(self._client.km, "provisioner", None), "process", None)
+        return process is not None and process.poll() is None
+
+    def call(self, source: str, timeout: float) -> Outcome:
+        """Run code silently (no history, no outputs kept): the fast path for the grader's own requests."""
+        if self._client is None or self._fast is None:
+            return Outcome("dead", "", self.gave_up or "the kernel is not running")
+        timeout = min(timeout, self.remaining())
+        if timeout <= 0:
+            return Outcome("timeout", "", "notebook")
+        msg_id = self._fast.execute(source, silent=True, store_history=False, allow_stdin=False)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self._fast.get_shell_msg(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
+            except Empty:
+                if not self._alive():
+                    return Outcome("dead")
+                if time.monotonic() >= deadline:
+                    return Outcome("timeout")
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            content = msg["content"]
+            if content.get("status") == "error":
+                return Outcome("error", str(content.get("ename", "")), str(content.get("evalue", ""))[:300])
+            return Outcome("ok")
+
+    def interrupt(self) -> bool:
+        """Interrupt a busy kernel; True if it answers again within a few seconds."""
+        if self._client is None:
+            return False
+        try:
+            run_sync(self._client.km.interrupt_kernel)()
+        except Exception:
+            return False
+        return self.call("pass", 5).status == "ok"
+
+    def recover(self, cause: Outcome) -> None:
+        """After a timeout or a death: interrupt, else restart and replay the cells run so far."""
+        if cause.status == "timeout" and self.interrupt():
+            return
+        self.restart()
+
+    def restart(self) -> None:
+        """A fresh kernel with every cell run so far replayed, except those that killed or hung one."""
+        while True:
+            self.close()
+            if self.restarts >= self.limits.max_restarts:
+                self.gave_up = f"gave up after {self.restarts} kernel restarts"
+                return
+            if self.remaining() <= 0:
+                self.gave_up = "the notebook's time ran out"
+                return
+            self.restarts += 1
+            self.start()
+            for i in range(self._ran_upto):
+                if i in self.skip:
+                    continue
+                out = self.execute(self.sources[i], self.limits.cell_timeout)
+                if out.status in ("dead", "timeout"):
+                    self.skip.add(i)
+                    break
+            else:
+                return
+
+    def run_cells(self) -> None:
+        """Run every cell once, in order, continuing past errors; a cell that kills or hangs the kernel is skipped."""
+        for i, source in enumerate(self.sources):
+            if self.gave_up:
+                self.outcomes[i] = Outcome("skipped", "", self.gave_up)
+                continue
+            if self.remaining() <= 0:
+                self.outcomes[i] = Outcome("skipped", "", "the notebook's time ran out")
+                continue
+            out = self.execute(source, self.limits.cell_timeout)
+            self.outcomes[i] = out
+            self._ran_upto = i + 1
+            if out.status in ("dead", "timeout"):
+                self.skip.add(i)
+                self.recover(out)

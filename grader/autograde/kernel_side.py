@@ -1,0 +1,222 @@
+"""The code that runs inside the student's kernel when grading; its text is sent with every request.
+
+It is never imported there (the student's code could have replaced an imported module), and it
+decides nothing: it calls the student's function on inputs the grader wrote and hands back plain
+data (tensors, numbers, strings, containers) for the grader to judge in its own process.
+It imports nothing from `grader`, and runs in a fresh namespace each time.
+"""
+import linecache
+import os
+import sys
+import traceback
+import types
+
+import torch
+
+MODULE = "__grader_bridge__"     # this code, compiled once per kernel
+SNAPSHOT = "__grader_snapshot__"  # a module in sys.modules holding the objects as they were before student code
+BRIDGE_FILE = "<grader-bridge>"
+_DATA = (type(None), bool, int, float, complex, str, bytes, torch.Size, torch.dtype, torch.device)
+_LIB_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, os))
+
+
+def _resolve(dotted):
+    """The object at a dotted path, importing its top module; None when it does not exist."""
+    parts = dotted.split(".")
+    try:
+        obj = __import__(parts[0])
+        for part in parts[1:]:
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj
+
+
+def _shell():
+    try:
+        return get_ipython()  # noqa: F821  (defined in an IPython kernel)
+    except NameError:
+        return None
+
+
+def _watched(protected):
+    """Everything tampering would change: protected names, and every attribute of every grader module."""
+    found = {name: _resolve(name) for name in protected}
+    for modname, mod in sorted(sys.modules.items()):
+        if (modname == "grader" or modname.startswith("grader.")) and mod is not None:
+            for attr, value in list(vars(mod).items()):
+                if not attr.startswith("__"):
+                    found[f"{modname}.{attr}"] = value
+    shell = _shell()
+    if shell is not None:  # instance attributes hide the class's methods (ipykernel sets _showtraceback itself)
+        for attr in ("showtraceback", "_showtraceback", "showsyntaxerror"):
+            found[f"get_ipython().{attr}"] = vars(shell).get(attr)
+    registry = sys.modules.get("grader.registry")
+    for ex_id, ex in (getattr(registry, "_EXERCISES", None) or {}).items():
+        found[f"grader exercise {ex_id}"] = tuple(c.fn for c in ex.checks)
+    return found
+
+
+def setup(request):
+    """Import the grader and torch with the notebook's folder off sys.path, and remember them as they are."""
+    here = [p for p in sys.path if p in ("", ".", os.getcwd())]
+    sys.path[:] = [p for p in sys.path if p not in here]
+    try:
+        for name in request["imports"]:
+            __import__(name)
+    finally:
+        sys.path[:0] = here
+    snap = types.ModuleType(SNAPSHOT)
+    snap.objects = _watched(request["protected"])
+    snap.protected = list(request["protected"])
+    sys.modules[SNAPSHOT] = snap
+    return {}
+
+
+def probe():
+    """Names whose object is no longer the one setup saw, plus traceback-display overrides."""
+    snap = sys.modules.get(SNAPSHOT)
+    if snap is None:
+        return ["the grader's record of the original objects (deleted)"]
+    now = _watched(snap.protected)
+    changed = []
+    for name, obj in snap.objects.items():
+        if name.startswith("grader exercise"):
+            if now.get(name) != obj:
+                changed.append(name)
+        elif now.get(name, changed) is not obj:
+            changed.append(name)
+    shell = _shell()
+    if shell is not None:
+        if getattr(shell, "custom_exceptions", ()):
+            changed.append("get_ipython().set_custom_exc")
+    return sorted(set(changed))
+
+
+def names(request):
+    ns = _shell().user_ns if _shell() is not None else vars(sys.modules["__main__"])
+    kinds = {}
+    for name in request["names"]:
+        if name not in ns:
+            kinds[name] = "missing"
+        else:
+            kinds[name] = "callable" if callable(ns[name]) else type(ns[name]).__name__
+    return kinds
+
+
+def pack(x, token, storages, opaque=None, depth=0):
+    """Plain data as is; a tensor as a marker naming its storage (so views of one storage stay views of it,
+    whatever their dtypes); anything else as a token standing for an opaque object."""
+    t = type(x)
+    if t in _DATA:
+        return x
+    if t in (torch.Tensor, torch.nn.Parameter) and x.layout == torch.strided and x.device.type == "cpu":
+        storage = x.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key not in storages:
+            storages[key] = (len(storages), torch.empty(0, dtype=torch.uint8).set_(storage))
+        return (token + "tensor", storages[key][0], str(x.dtype).removeprefix("torch."), tuple(x.shape),
+                tuple(x.stride()), x.storage_offset(), bool(x.requires_grad))
+    if depth < 8 and t in (tuple, list):
+        return t(pack(v, token, storages, opaque, depth + 1) for v in x)
+    if depth < 8 and t is dict and all(type(k) in (str, int) for k in x):
+        return {k: pack(v, token, storages, opaque, depth + 1) for k, v in x.items()}
+    if opaque is None:
+        raise TypeError(f"cannot send a {t.__name__} to the kernel")
+    key = f"{token}{len(opaque)}"
+    try:
+        text = repr(x)[:200]
+    except BaseException:
+        text = f"<{t.__name__}>"
+    opaque[key] = (t.__module__ if t.__module__ != "builtins" else "", t.__qualname__, text)
+    return key
+
+
+def storage_list(storages):
+    return [u8 for _, u8 in sorted(storages.values(), key=lambda v: v[0])]
+
+
+def unpack(x, token, storages):
+    """The inverse of pack for tensors and containers (opaque tokens stay strings for the receiver to handle)."""
+    t = type(x)
+    if t is tuple and len(x) == 7 and x[0] == token + "tensor":
+        _, index, dtype, shape, stride, offset, grad = x
+        y = torch.empty(0, dtype=getattr(torch, dtype)).set_(storages[index].untyped_storage(), offset, shape, stride)
+        return y.requires_grad_() if grad and y.is_floating_point() else y
+    if t in (tuple, list):
+        return t(unpack(v, token, storages) for v in x)
+    if t is dict:
+        return {k: unpack(v, token, storages) for k, v in x.items()}
+    return x
+
+
+class Forbidden(Exception):
+    pass
+
+
+def _student_frames(tb, limit=3):
+    lines = []
+    for fs in traceback.extract_tb(tb):
+        if fs.filename == BRIDGE_FILE or os.path.abspath(fs.filename).startswith(_LIB_DIRS):
+            continue
+        code = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
+        lines.append(f"in {fs.name}, line {fs.lineno}: {code}" if code else f"in {fs.name}, line {fs.lineno}")
+    return " | ".join(lines[-limit:])
+
+
+def _error(e):
+    text = ""
+    try:
+        text = str(e)[:500]
+    except BaseException:
+        pass
+    oom = isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and any(
+        s in text for s in ("can't allocate memory", "out of memory", "not enough memory")))
+    return {"mro": [c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins"],
+            "name": type(e).__name__, "message": text, "where": _student_frames(e.__traceback__),
+            "oom": oom, "forbidden": e.args[0] if isinstance(e, Forbidden) else ""}
+
+
+def call(request):
+    """Call the student's function on the request's arguments, forbidding what the exercise forbids."""
+    ns = _shell().user_ns if _shell() is not None else vars(sys.modules["__main__"])
+    fn = ns.get(request["name"])
+    token = request["token"]
+    args, kwargs = unpack((request["args"], request["kwargs"]), token, request["storages"])
+    saved = []
+    for dotted in request["forbid"]:
+        owner_path, attr = dotted.rsplit(".", 1)
+        owner = _resolve(owner_path)
+
+        def refuse(*a, _dotted=dotted, **k):
+            raise Forbidden(_dotted)
+        saved.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, refuse)
+    opaque, storages = {}, {}
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(request["seed"])
+            result = fn(*args, **kwargs)
+        reply = {"ok": True, "result": pack(result, token, storages, opaque)}
+    except BaseException as e:  # the student's exception is data for the grader, whatever it is
+        reply = {"ok": False, "error": _error(e)}
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+    reply["args"] = [pack(a, token, storages) if type(a) in (torch.Tensor, torch.nn.Parameter) else None
+                     for a in args]
+    reply["opaque"], reply["storages"] = opaque, storage_list(storages)
+    return reply
+
+
+def serve(op, request_path, response_path):
+    """Read a request, run `op`, and write the reply (setup and probe say what was tampered with)."""
+    request = torch.load(request_path, weights_only=True) if request_path else {}
+    reply = {"setup": setup, "names": names, "call": call}[op](request) if op != "probe" else {}
+    reply = dict(reply)
+    reply["tampered"] = probe() if op in ("setup", "probe") else []
+    try:
+        torch.save(reply, response_path)
+    except BaseException as e:  # a result torch cannot save is the student's problem, reported as data
+        torch.save({"ok": False, "error": _error(e), "args": [None] * len(request.get("args", ())),
+                    "opaque": {}, "tampered": reply["tampered"]}, response_path)

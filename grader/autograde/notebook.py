@@ -1,0 +1,191 @@
+"""Grade one student's notebook for one chapter: run it in its own kernel, then run every check here.
+
+The steps, each its own function: read the notebook (or say why it is invalid), copy its folder to
+scratch, run its cells, look up the names each exercise needs, run the public and hidden checks
+against the student's functions through the bridge, and turn the results into grades.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+
+from grader import chapters, registry
+from grader.autograde import tamper
+from grader.autograde.bridge import Bridge, RemoteFunction
+from grader.autograde.kernel import Limits, NotebookKernel, Outcome
+from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
+from grader.registry import Exercise
+from grader.results import (CRASHED, INVALID, MISSING, PASSED, TAMPERED, TIMEOUT, CheckResult, ExerciseResult)
+from grader.runner import run_check
+
+REPO = Path(__file__).resolve().parents[2]
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+class InvalidNotebook(Exception):
+    """The file is not a notebook the grader can read; the message says why, in one line."""
+
+
+def read_cells(path: Path) -> tuple[list[str], list[int]]:
+    """The code cells' sources and their positions (from 1, as Jupyter counts), from any nbformat version."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InvalidNotebook(f"not a text file (byte {e.start} is not UTF-8)") from None
+    except OSError as e:
+        raise InvalidNotebook(f"cannot be read ({e.strerror})") from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidNotebook(f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): "
+                              "the file is damaged or cut short") from None
+    try:
+        nb = nbformat.reads(text, as_version=4, capture_validation_error={})
+        cells = list(nb.cells)
+    except Exception as e:
+        raise InvalidNotebook(f"JSON, but not a Jupyter notebook ({type(e).__name__}: {str(e)[:120]})") from None
+    sources, numbers = [], []
+    for n, cell in enumerate(cells, 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if source.strip():
+            sources.append(source)
+            numbers.append(n)
+    return sources, numbers
+
+
+def scratch_copy(folder: Path, scratch: Path) -> Path:
+    """The notebook's folder copied under `scratch/notebooks`, with the course's data/ beside it as in the repo."""
+    work = scratch / "notebooks"
+    shutil.copytree(folder, work, symlinks=True,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__MACOSX", ".git"))
+    if (REPO / "data").is_dir():
+        shutil.copytree(REPO / "data", scratch / "data", symlinks=True)
+    return work
+
+
+def _clean(message: str, scratch: Path) -> str:
+    """One deterministic line: no scratch paths, no memory addresses, no newlines."""
+    message = message.replace(str(scratch), "<folder>")
+    message = _ADDRESS.sub("0x…", message)
+    return " ".join(message.split())[:400]
+
+
+def _defining_cell(name: str, sources: list[str], numbers: list[int], kernel: NotebookKernel) -> str:
+    """What went wrong in the cell that should have defined `name`, if anything did."""
+    pattern = re.compile(rf"^\s*(def\s+{re.escape(name)}\b|{re.escape(name)}\s*=)", re.M)
+    for i, source in enumerate(sources):
+        if pattern.search(source):
+            out = kernel.outcomes.get(i, Outcome("skipped"))
+            if out.status == "error":
+                return f"cell {numbers[i]} raised {out.ename}: {out.evalue}"
+            if out.status == "dead":
+                return f"the kernel died in cell {numbers[i]}"
+            if out.status in ("timeout", "skipped"):
+                return f"cell {numbers[i]} did not finish ({out.evalue or 'cell time limit'})"
+    return ""
+
+
+def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits) -> ExerciseResult:
+    """Every check of `ex` on the student's functions; after a time-out or a crash the rest are not run."""
+    objs = tuple(RemoteFunction(bridge, name, ex) for name in ex.needs)
+    results: list[CheckResult] = []
+    stop: tuple[str, str] | None = None
+    for check in ex.checks:
+        if stop is None and bridge.kernel.gave_up:
+            stop = (CRASHED, bridge.kernel.gave_up)
+        if stop is not None:
+            results.append(CheckResult(check.name, check.description, stop[0], stop[1], check.hidden, check.weight))
+            continue
+        limit = check.timeout if check.timeout is not None else limits.check_timeout
+        bridge.limit, bridge.deadline = limit, time.monotonic() + limit
+        r = run_check(ex, check, objs, timeout=None)
+        results.append(r)
+        if r.status in (TIMEOUT, CRASHED):
+            stop = (r.status, f"not run: an earlier check of this exercise ended with {r.status}")
+    bridge.deadline = None
+    return ExerciseResult(ex.id, ex.points, results)
+
+
+def _grade(student: str, chapter: str, ex: Exercise, result: ExerciseResult, scratch: Path) -> ExerciseGrade:
+    checks = [CheckRecord(c.name, c.description, c.status, _clean(c.shown_message(), scratch), c.hidden)
+              for c in result.checks]
+    return ExerciseGrade(student, chapter, ex.id, result.score, ex.points, result.status,
+                         _clean(result.message, scratch), checks)
+
+
+def whole_notebook(student: str, chapter: str, status: str, message: str) -> list[ExerciseGrade]:
+    """The same status for every exercise of a chapter (missing notebook, unreadable file, dead kernel)."""
+    return [ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status, message)
+            for ex in registry.all_exercises(chapters.key(chapter))]
+
+
+def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch: Path,
+                   limits: Limits) -> list[ExerciseGrade]:
+    """Grades for every exercise of `chapter` from the notebook at `path` (run in a copy of `folder`)."""
+    try:
+        sources, numbers = read_cells(path)
+    except InvalidNotebook as e:
+        return whole_notebook(student, chapter, INVALID, f"{path.name} is {e}")
+    exercises = registry.all_exercises(chapters.key(chapter))
+    tampered = tamper.scan(sources, numbers)
+    cwd = scratch_copy(folder, scratch)
+    kernel = NotebookKernel(sources, cwd, limits)
+    bridge = Bridge(kernel)
+    kernel.setup = lambda k: bridge.setup()
+    try:
+        try:
+            kernel.start()
+        except Exception as e:  # the machine's problem, not the student's; still a recorded status
+            return whole_notebook(student, chapter, CRASHED, f"the grading kernel did not start: {type(e).__name__}: {e}")
+        kernel.run_cells()
+        if kernel.gave_up:
+            kernel.gave_up = ""
+            kernel.restarts = 0
+            kernel.restart()
+        kinds = bridge.names(sorted({n for ex in exercises for n in ex.needs}))
+        grades = []
+        for ex in exercises:
+            absent = [n for n in ex.needs if kinds.get(n, "missing") == "missing"]
+            if absent:
+                why = "; ".join(filter(None, (_defining_cell(n, sources, numbers, kernel) for n in absent)))
+                status = CRASHED if "kernel died" in why else MISSING
+                message = f"the notebook defines no {', '.join(absent)}" + (f" ({why})" if why else "")
+                grades.append(ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status, _clean(message, scratch)))
+                continue
+            grades.append(_grade(student, chapter, ex, run_exercise_checks(ex, bridge, limits), scratch))
+        bridge.probe()
+    finally:
+        kernel.close()
+        bridge.close()
+    tampered += [f"the notebook replaced {name}" for name in sorted(bridge.tampered)]
+    if tampered:
+        grades = [g if g.status == MISSING else _withheld(g, tampered, scratch) for g in grades]
+    return grades
+
+
+def _withheld(g: ExerciseGrade, tampered: list[str], scratch: Path) -> ExerciseGrade:
+    """Tampering scores 0 and says so, with what the checks found on their own for the instructor to weigh."""
+    passed = sum(c.status == PASSED for c in g.checks)
+    what = "; ".join(tampered[:3]) + (f"; and {len(tampered) - 3} more" if len(tampered) > 3 else "")
+    message = (f"{what}. Score withheld; graded outside the notebook it would have "
+               f"scored {g.score:g}/{g.max_score:g} ({passed}/{len(g.checks)} checks passed)")
+    return ExerciseGrade(g.student, g.chapter, g.exercise, 0.0, g.max_score, TAMPERED, _clean(message, scratch), g.checks)
+
+
+def grade(student: str, chapter: str, path: Path | None, folder: Path | None, scratch: Path, limits: Limits,
+          source: str = "", fingerprint: str = "", missing_message: str = "") -> NotebookRecord:
+    """A NotebookRecord for one student and chapter, timed; never raises for anything the notebook does."""
+    start = time.monotonic()
+    if path is None or folder is None:
+        grades = whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}")
+    else:
+        grades = grade_notebook(student, chapter, path, folder, scratch, limits)
+    return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades)

@@ -1,0 +1,112 @@
+"""Spot a notebook that replaces the grader, torch's comparisons or IPython's traceback display.
+
+Grading does not depend on this (the verdict is reached in another process), but an instructor
+should know. Two looks: this static one reads the cells' source, so code that never ran is caught
+too; the kernel's probe (kernel_side.probe) catches what was done in ways the source hides.
+"""
+from __future__ import annotations
+
+import ast
+
+from IPython.core.inputtransformer2 import TransformerManager
+
+from grader.autograde.bridge import PROTECTED
+
+_ROOTS = ("torch", "numpy", "grader", "IPython", "sys", "builtins")
+_SHELL_ATTRS = ("showtraceback", "_showtraceback", "showsyntaxerror")
+
+
+def _protected(dotted: str) -> bool:
+    if dotted in PROTECTED or dotted.startswith("grader."):
+        return True
+    return dotted.startswith("get_ipython().") and dotted.split(".", 1)[1] in _SHELL_ATTRS
+
+
+class _Scan(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {"get_ipython": "get_ipython"}
+        self.found: list[str] = []
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            if a.name.split(".")[0] in _ROOTS:
+                self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module and node.level == 0 and node.module.split(".")[0] in _ROOTS:
+            for a in node.names:
+                self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
+    def dotted(self, node: ast.AST) -> str | None:
+        """`torch.testing.assert_close` for that attribute chain, through import aliases; None if not ours."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "get_ipython":
+            root = "get_ipython()"
+        elif isinstance(node, ast.Name) and node.id in self.aliases:
+            root = self.aliases[node.id]
+        else:
+            return None
+        return ".".join([root, *reversed(parts)])
+
+    def _target(self, target: ast.AST) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                self._target(t)
+        elif isinstance(target, ast.Attribute):
+            name = self.dotted(target)
+            if name and _protected(name):
+                self.found.append(name)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for t in node.targets:
+            self._target(t)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._target(node.target)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._target(node.target)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for t in node.targets:
+            self._target(t)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
+            owner = self.dotted(node.args[0])
+            if owner:
+                attr = node.args[1] if len(node.args) > 1 else None
+                name = f"{owner}.{attr.value}" if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else None
+                if name is None or _protected(name):
+                    self.found.append(name or f"an attribute of {owner}")
+        elif isinstance(func, ast.Attribute) and func.attr == "set_custom_exc":
+            self.found.append("get_ipython().set_custom_exc")
+        self.generic_visit(node)
+
+
+def scan(sources: list[str], numbers: list[int]) -> list[str]:
+    """`cell N replaces X` for every protected name the code cells assign, delete or setattr.
+
+    `numbers` are the cells' positions in the notebook as Jupyter shows them (from 1, counting markdown).
+    """
+    transform = TransformerManager().transform_cell
+    found = []
+    aliases: dict[str, str] = {}
+    for i, source in zip(numbers, sources):
+        try:
+            tree = ast.parse(transform(source))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        visitor = _Scan()
+        visitor.aliases.update(aliases)
+        visitor.visit(tree)
+        aliases = visitor.aliases  # imports carry over to later cells, as in the kernel
+        found += [f"cell {i} replaces {name}" for name in dict.fromkeys(visitor.found)]
+    return found

@@ -1,0 +1,188 @@
+"""The grading outputs: exact CSVs, Gradescope's results.json, an escaped feedback page, byte-for-byte repeatable."""
+import json
+import os
+import random
+
+import pytest
+
+from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
+from grader.autograde.report import (
+    feedback_html, gradebook_csv, grades_csv, results_json, student_dir, write_atomic, write_cohort,
+    write_student)
+
+EVIL = "<script>alert(1)</script>"
+STUDENTS = ["alice", "Zoë Ñúñez", EVIL, "Bob"]          # Bob has no records
+CHAPTERS = ["01_tensors", "02_dtypes"]
+
+
+def check(name, status="passed", message="", hidden=False):
+    return CheckRecord(name=name, description=f"{name} works", status=status, message=message, hidden=hidden)
+
+
+def record(student, chapter, grades, seconds=1.25):
+    return NotebookRecord(student=student, chapter=chapter, source=f"{chapter}.ipynb", fingerprint="f",
+                          seconds=seconds, grades=[ExerciseGrade(student, chapter, *g) for g in grades])
+
+
+def cohort():
+    """Three students over two chapters, listed out of order, with every kind of outcome."""
+    return [
+        record("alice", "02_dtypes", [
+            ("dtypes.bytes", 0, 2, "tampered", "the notebook patches torch.equal", [])]),
+        record("alice", "01_tensors", [
+            ("tensors.same_storage", 2, 2, "passed", "all 2 checks passed",
+             [check("shares"), check("secret_pass", message="SECRET-PASS", hidden=True)]),
+            ("tensors.views", 1.5, 3, "failed", "1/3 checks passed; first problem: shape",
+             [check("shape", "failed", "expected (2, 3), got (3, 2)"), check("dtype"),
+              check("secret", "failed", "a hidden check failed", hidden=True)])]),
+        record("Zoë Ñúñez", "01_tensors", [
+            ("tensors.same_storage", 0, 2, "missing", "no notebook for 01_tensors", []),
+            ("tensors.views", 0, 3, "missing", "no notebook for 01_tensors", [])], seconds=0),
+        record("Zoë Ñúñez", "02_dtypes", [
+            ("dtypes.bytes", 2, 2, "passed", "all 1 checks passed", [check("bytes")])]),
+        record(EVIL, "01_tensors", [
+            ("tensors.same_storage", 1, 2, "failed", "<script>alert(2)</script>",
+             [check("shares", "failed", "<b>got</b> & <i>lost</i>"), check("other")]),
+            ("tensors.views", 3, 3, "passed", "all 1 checks passed", [check("shape")])]),
+    ]
+
+
+def by_student(records, student):
+    return [r for r in records if r.student == student]
+
+
+def test_grades_csv_exact_for_a_small_case():
+    records = [record("b", "02_dtypes", [("dtypes.bytes", 2, 2, "passed", "all 1 checks passed", [])]),
+               record("b", "01_tensors", [("tensors.views", 1.5, 3, "failed", 'said "no", twice', []),
+                                          ("tensors.same_storage", 1 / 3, 2.0, "failed", "x", [])]),
+               record("A", "01_tensors", [("tensors.views", 0, 3, "tampered", "patched", [])])]
+    assert grades_csv(records) == (
+        "student,chapter,exercise,score,max_score,status,message\n"
+        "A,01_tensors,tensors.views,0,3,tampered,patched\n"
+        'b,01_tensors,tensors.views,1.5,3,failed,"said ""no"", twice"\n'
+        "b,01_tensors,tensors.same_storage,0.33,2,failed,x\n"
+        "b,02_dtypes,dtypes.bytes,2,2,passed,all 1 checks passed\n")
+
+
+def test_gradebook_totals_and_a_row_for_every_student():
+    lines = gradebook_csv(cohort(), STUDENTS, CHAPTERS).splitlines()
+    assert lines == [
+        "student,01_tensors,02_dtypes,total,max_total",
+        f"{EVIL},4,0,4,7",
+        "alice,3.5,0,3.5,7",
+        "Bob,0,0,0,7",
+        "Zoë Ñúñez,0,2,2,7",
+    ]
+
+
+def test_gradebook_rejects_records_outside_the_listed_students_and_chapters():
+    with pytest.raises(ValueError, match="carol"):
+        gradebook_csv([record("carol", "01_tensors", [])], STUDENTS, CHAPTERS)
+    with pytest.raises(ValueError, match="03_memory"):
+        gradebook_csv([record("alice", "03_memory", [])], STUDENTS, CHAPTERS)
+
+
+def test_results_json_is_gradescope_format():
+    records = by_student(cohort(), "alice")
+    result = json.loads(results_json("alice", records))
+    assert list(result) == ["score", "execution_time", "output", "tests"]
+    assert result["score"] == 3.5 and result["execution_time"] == 2.5
+    assert result["output"] == "alice: 3.5/7 points; 1/3 exercises passed."
+    assert [t["name"] for t in result["tests"]] == [
+        "01_tensors · same_storage", "01_tensors · views", "02_dtypes · bytes"]
+    for t in result["tests"]:
+        assert set(t) == {"name", "score", "max_score", "status", "output", "visibility", "extra_data"}
+        assert t["status"] in ("passed", "failed") and t["visibility"] == "visible"
+    assert [t["extra_data"] for t in result["tests"]] == [
+        {"status": "passed", "chapter": "01_tensors", "exercise": "tensors.same_storage"},
+        {"status": "failed", "chapter": "01_tensors", "exercise": "tensors.views"},
+        {"status": "tampered", "chapter": "02_dtypes", "exercise": "dtypes.bytes"}]
+    assert result["tests"][2]["status"] == "failed" and result["tests"][2]["score"] == 0
+    assert result["tests"][1]["output"] == (
+        "failed: 1/3 checks passed; first problem: shape\n"
+        "✗ shape works: expected (2, 3), got (3, 2)\n"
+        "✓ dtype works\n"
+        "✗ secret works (hidden): a hidden check failed")
+
+
+def test_hidden_checks_show_no_more_than_the_record_holds():
+    records = by_student(cohort(), "alice")
+    text = results_json("alice", records)
+    assert "✓ secret_pass works (hidden)" in json.loads(text)["tests"][0]["output"].splitlines()
+    for page in (text, feedback_html("alice", records)):
+        assert "SECRET-PASS" not in page          # a passed check's message is never shown
+        assert page.count("a hidden check failed") == 1
+
+
+def test_results_json_text_is_utf8_with_a_trailing_newline():
+    text = results_json("Zoë Ñúñez", by_student(cohort(), "Zoë Ñúñez"))
+    assert "Zoë Ñúñez" in text and "\\u" not in text and text.endswith("}\n")
+    assert text.startswith('{\n  "score": 2.0,')
+
+
+def test_feedback_html_is_escaped_and_self_contained():
+    records = cohort()
+    page = feedback_html(EVIL, by_student(records, EVIL))
+    assert "<script" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    assert "&lt;b&gt;got&lt;/b&gt; &amp; &lt;i&gt;lost&lt;/i&gt;" in page
+    assert not any(s in page for s in ("src=", "href=", "@import", "url(", "http"))
+    assert "4 / 5" in page
+    for student in ("alice", "Zoë Ñúñez", EVIL):
+        page = feedback_html(student, by_student(records, student))
+        assert "tampered, missing or invalid scores 0" in page
+        for g in (g for r in by_student(records, student) for g in r.grades):
+            assert g.exercise in page
+    alice = feedback_html("alice", by_student(records, "alice"))
+    assert "secret works <i>(hidden)</i>" in alice and "✓" in alice and "✗" in alice
+    assert "No notebooks were graded" in feedback_html("Bob", [])
+
+
+def test_student_dir_stays_one_folder_under_out(tmp_path):
+    assert student_dir(tmp_path, "Zoë Ñúñez") == tmp_path / "Zoë Ñúñez"
+    for name in (".", "..", "", "../up", "a/b", "nul\0byte", "/abs"):
+        d = student_dir(tmp_path, name)
+        assert d.parent == tmp_path and d.name not in (".", "..", "") and "/" not in d.name
+    assert student_dir(tmp_path, "..") == tmp_path / "_"
+
+
+def test_write_atomic_skips_identical_bytes_and_leaves_no_temporaries(tmp_path):
+    path = tmp_path / "deep" / "er" / "f.txt"
+    assert write_atomic(path, "héllo\n") is True
+    os.utime(path, ns=(10**18, 10**18))
+    assert write_atomic(path, "héllo\n") is False
+    assert path.stat().st_mtime_ns == 10**18
+    assert write_atomic(path, "changed\n") is True and path.read_text(encoding="utf-8") == "changed\n"
+    assert os.listdir(path.parent) == ["f.txt"]
+
+
+def write_all(out, records, students):
+    write_cohort(out, records, students, CHAPTERS)
+    for s in students:
+        write_student(out, s, by_student(records, s))
+
+
+def snapshot(out):
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_outputs_are_byte_identical_across_runs_and_input_orders(tmp_path):
+    write_all(tmp_path / "a", cohort(), STUDENTS)
+    first = snapshot(tmp_path / "a")
+    assert set(first) == {"grades.csv", "gradebook.csv"} | {
+        f"{d}/{f}" for d in ("alice", "Zoë Ñúñez", "<script>alert(1)<_script>", "Bob")
+        for f in ("results.json", "feedback.html")}
+
+    rng = random.Random(0)
+    records, students = cohort(), list(STUDENTS)
+    rng.shuffle(records)
+    rng.shuffle(students)
+    write_all(tmp_path / "b", records, students)
+    assert snapshot(tmp_path / "b") == first
+
+    for p in (tmp_path / "a").rglob("*"):
+        if p.is_file():
+            os.utime(p, ns=(10**18, 10**18))
+    write_all(tmp_path / "a", cohort(), STUDENTS)
+    assert snapshot(tmp_path / "a") == first
+    assert all(p.stat().st_mtime_ns == 10**18 for p in (tmp_path / "a").rglob("*") if p.is_file())
