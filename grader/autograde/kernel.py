@@ -8,7 +8,10 @@ replayed, so the definitions in the other cells survive.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from queue import Empty
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
 GiB = 2**30
+REPLAY_SLOW_CELL = 2.0  # seconds a timed-out cell gets when the notebook is replayed
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class NotebookKernel:
     setup: Any = None                       # callable(kernel) run after each (re)start, before any cell
     outcomes: dict[int, Outcome] = field(default_factory=dict)   # first outcome of each cell
     skip: set[int] = field(default_factory=set)                   # cells that killed or hung the kernel
+    slow: set[int] = field(default_factory=set)                   # cells that timed out but could be interrupted
     restarts: int = 0
     gave_up: str = ""                       # why the kernel is gone for good ("" while usable)
 
@@ -95,11 +100,15 @@ class NotebookKernel:
 
     def start(self) -> None:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("")])
-        client = _QuietClient(nb, km=_GradingKernelManager(), timeout=int(self.limits.cell_timeout),
+        # Unix sockets in a private folder: no TCP port, nothing another user on the machine can reach.
+        self._ipc = tempfile.mkdtemp(prefix="grader-ipc-")
+        km = _GradingKernelManager(transport="ipc", ip=os.path.join(self._ipc, "kernel"))
+        client = _QuietClient(nb, km=km, timeout=int(self.limits.cell_timeout),
                               allow_errors=True, interrupt_on_timeout=False, record_timing=False,
                               shutdown_kernel="immediate", startup_timeout=120, iopub_timeout=10)
         client.on_cell_executed = self._on_executed
-        client.start_new_kernel(cwd=str(self.cwd), env=self._env())
+        client.start_new_kernel(cwd=str(self.cwd), env=self._env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         client.start_new_kernel_client()
         self._client = client
         fast = BlockingKernelClient()
@@ -133,6 +142,7 @@ class NotebookKernel:
                 p.kill()
             except psutil.Error:
                 pass
+        shutil.rmtree(getattr(self, "_ipc", ""), ignore_errors=True)
 
     def __enter__(self) -> "NotebookKernel":
         self.start()
@@ -164,6 +174,8 @@ class NotebookKernel:
         except DeadKernelError:
             return Outcome("dead")
         content = (self._reply or {}).get("content", {})
+        if any(p.get("source") == "ask_exit" and not p.get("keepkernel") for p in content.get("payload") or []):
+            return Outcome("dead", "exit", "the cell asked the kernel to exit")  # exit() or quit(): it stops soon
         if content.get("status") == "error":
             return Outcome("error", str(content.get("ename", "")), str(content.get("evalue", ""))[:300])
         return Outcome("ok")
@@ -228,7 +240,11 @@ class NotebookKernel:
             for i in range(self._ran_upto):
                 if i in self.skip:
                     continue
-                out = self.execute(self.sources[i], self.limits.cell_timeout)
+                # A cell that timed out is replayed for a moment, for the definitions above its loop.
+                limit = REPLAY_SLOW_CELL if i in self.slow else self.limits.cell_timeout
+                out = self.execute(self.sources[i], limit)
+                if out.status == "timeout" and i in self.slow and self.interrupt():
+                    continue
                 if out.status in ("dead", "timeout"):
                     self.skip.add(i)
                     break
@@ -247,6 +263,8 @@ class NotebookKernel:
             out = self.execute(source, self.limits.cell_timeout)
             self.outcomes[i] = out
             self._ran_upto = i + 1
-            if out.status in ("dead", "timeout"):
+            if out.status == "timeout" and self.interrupt():
+                self.slow.add(i)
+            elif out.status in ("dead", "timeout"):
                 self.skip.add(i)
-                self.recover(out)
+                self.restart()
