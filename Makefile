@@ -3,7 +3,8 @@
 #   make test     set up (once) and run every test
 #   make student  regenerate notebooks/ from solutions/
 #   make release  build dist/student: notebooks and grader, without solutions or hidden checks
-#   make bench    timer accuracy (and, on a GPU, MFU) report
+#   make grade    grade SUBMISSIONS (default: the demo cohort) into OUT (default: grades/)
+#   make bench    timer accuracy (and, on a GPU, MFU) report; grading cost and parallel speed-up
 
 PYTHON ?= python3
 VENV   := .venv
@@ -17,7 +18,12 @@ LAB_FLAGS ?=
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 LAB_ROOT  := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
-.PHONY: setup lab test student release bench mfu clean
+# make grade SUBMISSIONS=dir OUT=dir [GRADE_FLAGS="--workers 4 --timeout 120 --memory 8G"]
+SUBMISSIONS ?=
+OUT         ?= grades
+GRADE_FLAGS ?=
+
+.PHONY: setup lab test grade student release demo bench mfu clean
 
 setup: $(STAMP)
 
@@ -38,17 +44,24 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests solutions --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider
 
+grade: $(STAMP)
+	$(BIN)/python -m grader grade $(if $(SUBMISSIONS),"$(SUBMISSIONS)",) --out "$(OUT)" $(GRADE_FLAGS)
+
 student: $(STAMP)
 	$(BIN)/python -m grader student --solutions solutions --out notebooks
 
 release: $(STAMP)
 	$(BIN)/python -m grader release --out dist/student
 
+demo: $(STAMP)
+	$(BIN)/python -m grader demo
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/timers.py
+	$(BIN)/python benchmarks/grading.py
 
 mfu: $(STAMP)
 	$(BIN)/python -m grader mfu
 
 clean:
-	rm -rf $(VENV) dist .pytest_cache
+	rm -rf $(VENV) dist .pytest_cache grades

@@ -227,6 +227,25 @@ def test_repo_notebooks_are_generated_from_solutions():
     assert student.main(args) == 0, "run `python -m grader student` and commit notebooks/"
 
 
+def test_demo_cohort_is_generated_from_solutions():
+    """demo/submissions must be exactly what `python -m grader demo` makes of solutions/."""
+    from grader.authoring import demo
+
+    args = ["--solutions", str(REPO / "solutions"), "--out", str(REPO / "demo" / "submissions"), "--check"]
+    assert demo.main(args) == 0, "run `python -m grader demo` (or `make demo`) and commit demo/"
+
+
+def test_demo_students_solve_all_half_and_none(tmp_path):
+    import nbformat
+
+    from grader.authoring import demo
+
+    sol = nbformat.read(REPO / "solutions" / "01_tensors.ipynb", as_version=4)
+    stubs = [nbformat.writes(demo.answered(sol, f)).count("raise NotImplementedError") for f in (1.0, 0.5, 0.0)]
+    assert stubs[0] == 0 < stubs[1] < stubs[2]
+    assert "BEGIN SOLUTION" not in nbformat.writes(demo.answered(sol, 1.0))
+
+
 # --- release ---------------------------------------------------------------------------------
 
 def fake_repo(root: Path) -> Path:
@@ -254,6 +273,7 @@ def repo_ready(repo: Path) -> bool:
 def assert_clean_release(out: Path) -> None:
     assert (out / "grader" / "__init__.py").is_file()
     assert not (out / "grader" / "hidden").exists() and not (out / "grader" / "authoring").exists()
+    assert not (out / "grader" / "autograde").exists() and not (out / "demo").exists()
     assert not list(out.rglob("__pycache__")) and not list(out.rglob("*.pyc"))
     assert list((out / "notebooks").glob("*.ipynb"))
     assert not (out / "solutions").exists() and not (out / "tests").exists()

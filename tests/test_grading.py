@@ -76,7 +76,7 @@ def test_tampering_is_named_and_the_independent_result_reported(graded):
     _, out, _ = graded
     msg = {(r["student"], r["exercise"]): r["message"] for r in rows(out)}
     assert "grader.check" in msg[("patched grader", "tensors.same_storage")]
-    assert "would have scored 0/2" in msg[("patched grader", "tensors.same_storage")]
+    assert "would have scored 1.14/2 (4/7 checks passed)" in msg[("patched grader", "tensors.same_storage")]
     assert "torch.allclose" in msg[("patched allclose", "tensors.attention_scores")]
     assert "would have scored 0/2" in msg[("patched allclose", "tensors.attention_scores")]
     assert "would have scored 3/3" in msg[("patched allclose", "tensors.element_offset")]

@@ -19,7 +19,7 @@ OPTIONAL_DIRS = ("data",)
 # grader/ subpackages that stay with the course staff.
 PRIVATE_PACKAGES = ("hidden", "authoring", "autograde")
 # Repo folders OUT may never be, contain or sit inside: it is deleted before every build.
-PROTECTED = ("grader", "solutions", "notebooks", "data", "tests", "docs", ".git", ".ci", ".venv")
+PROTECTED = ("grader", "solutions", "notebooks", "data", "demo", "tests", "docs", ".git", ".ci", ".venv")
 # Written into OUT so that a later build may delete it even outside the repo without --force.
 SENTINEL = ".grader-release"
 

@@ -93,11 +93,15 @@ class Bridge:
         resp = self.folder / f"{self._n}.resp"
         if req is not None:
             torch.save(payload, req)
-        code = f"{_SERVE}{(op, str(req) if req else '', str(resp))!r}"
-        outcome = self.kernel.call(code, timeout)
-        if outcome.status == "error" and outcome.ename == "KeyError" and kernel_side.MODULE in outcome.evalue:
-            self.kernel.call(_INSTALL, 30)
+        if self.kernel.comm_ready():
+            outcome = self.kernel.post({"op": op, "req": str(req) if req else "", "resp": str(resp), "n": self._n},
+                                       timeout)
+        else:
+            code = f"{_SERVE}{(op, str(req) if req else '', str(resp))!r}"
             outcome = self.kernel.call(code, timeout)
+            if outcome.status == "error" and outcome.ename == "KeyError" and kernel_side.MODULE in outcome.evalue:
+                self.kernel.call(_INSTALL, 30)
+                outcome = self.kernel.call(code, timeout)
         reply = None
         if outcome.status == "ok":
             reply = self._load(resp)
@@ -123,6 +127,10 @@ class Bridge:
     def setup(self) -> Outcome:
         self.kernel.call(_INSTALL, 60)
         outcome, _ = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED)}, 120)
+        target = "grader-bridge-" + secrets.token_hex(4)
+        listening, _ = self.request("listen", {"fifo": self.kernel.fifo_path, "target": target}, 30)
+        if listening.status == "ok":
+            self.kernel.open_comm(target)
         return outcome
 
     def probe(self) -> None:

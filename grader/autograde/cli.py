@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     submissions = args.submissions or DEMO
     console = Console(stderr=True)
     if not submissions.is_dir():
-        console.print(f"[red]grading could not run:[/] {submissions} is not a folder of submissions")
+        console.print(f"[red]grading could not run:[/] {submissions} is not a folder of submissions", soft_wrap=True)
         return 2
     try:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
-        console.print(f"[red]grading could not run:[/] cannot write to {args.out} ({e.strerror})")
+        console.print(f"[red]grading could not run:[/] cannot write to {args.out} ({e.strerror})", soft_wrap=True)
         return 2
     workers = max(1, args.workers)
     limits = Limits(cell_timeout=args.timeout, check_timeout=args.check_timeout,
@@ -58,13 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = grade_cohort(submissions, args.out, workers, limits, chapters, console)
     except ValueError as e:
-        console.print(f"[red]grading could not run:[/] {e}")
+        console.print(f"[red]grading could not run:[/] {e}", soft_wrap=True)
         return 2
     for w in summary.warnings:
-        console.print(f"[yellow]note:[/] {w}")
+        console.print(f"[yellow]note:[/] {w}", soft_wrap=True)
     console.print(f"graded {summary.students} students: {summary.notebooks} notebooks run, {summary.reused} kept "
                   f"from an earlier run, in {summary.seconds:g} s; wrote {args.out}/grades.csv, gradebook.csv "
-                  f"and per-student results.json and feedback.html")
+                  f"and per-student results.json and feedback.html", soft_wrap=True)
     return 0
 
 

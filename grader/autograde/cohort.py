@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -107,7 +108,14 @@ def _reuse(out: Path, task: Task) -> NotebookRecord | None:
 
 
 def _worker_init() -> None:
+    import torch
+
     registry.load_hidden()
+    torch.set_num_threads(1)  # the checks here are small; the cores belong to the kernels
+
+
+def _ready() -> None:
+    """A no-op task: submitting it makes the pool start its workers now."""
 
 
 def _run(task: Task, limits: Limits, scratch_root: str) -> NotebookRecord:
@@ -154,6 +162,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
             else:
                 pending.append(task)
         left = {s: sum(1 for t in pending if t.student == s) for s in students}
+        # Biggest notebooks first (more solved, more to run): the last worker to finish waits least.
+        pending.sort(key=lambda t: -t.path.stat().st_size if t.path else 0)
 
         def finish(record: NotebookRecord) -> None:
             records[(record.student, record.chapter)] = record
@@ -171,10 +181,11 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         columns = (TextColumn("[bold]grading"), BarColumn(), TextColumn("{task.completed}/{task.total} students"),
                    TextColumn("{task.fields[current]}"), TimeElapsedColumn(), TextColumn("left"),
                    TimeRemainingColumn())
+        pool = _pool(workers, "fork" if sys.platform == "linux" else "spawn") if pending else None
         with Progress(*columns, console=console, transient=False) as progress:
             bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
                                     current="")
-            for record in _execute(pending, workers, limits, scratch_root,
+            for record in _execute(pending, pool, workers, limits, scratch_root,
                                    lambda running: progress.update(bar, current=", ".join(running))):
                 finish(record)
                 summary.notebooks += 1
@@ -189,13 +200,15 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
     return summary
 
 
-def _execute(tasks: list[Task], workers: int, limits: Limits, scratch_root: str, show):
+def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, limits: Limits, scratch_root: str,
+             show):
     """Yield each task's record as it is done, keeping `workers` notebooks running; a dead worker is replaced."""
     queue = list(tasks)
     tries: dict[int, int] = {}
     while queue:
-        ctx = get_context("spawn")
-        with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init) as pool:
+        # A replacement pool is spawned: forking now would copy the progress bar's thread mid-flight.
+        pool = pool or _pool(workers, "spawn")
+        with pool:
             running: dict[Future, Task] = {}
             broken = False
             while (queue or running) and not broken:
@@ -218,7 +231,17 @@ def _execute(tasks: list[Task], workers: int, limits: Limits, scratch_root: str,
                             queue.insert(0, task)
             if broken:
                 queue[:0] = list(running.values())
+        pool = None
     show([])
+
+
+def _pool(workers: int, method: str) -> ProcessPoolExecutor:
+    """Worker processes, started at once. Forked (Linux, before any other thread exists) they start with torch
+    and the checks already imported; spawned they import them again."""
+    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=get_context(method), initializer=_worker_init)
+    for fut in [pool.submit(_ready) for _ in range(max(1, workers))]:
+        fut.result()
+    return pool
 
 
 def default_workers() -> int:

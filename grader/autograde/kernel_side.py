@@ -33,10 +33,12 @@ def _resolve(dotted):
 
 
 def _shell():
+    """The kernel's IPython shell, from any caller (a comm handler does not see the user's namespace)."""
     try:
-        return get_ipython()  # noqa: F821  (defined in an IPython kernel)
-    except NameError:
+        from IPython import get_ipython
+    except ImportError:
         return None
+    return get_ipython()
 
 
 def _watched(protected):
@@ -209,10 +211,30 @@ def call(request):
     return reply
 
 
+def listen(request):
+    """Answer the grader's comm messages from now on: each is one request, run without IPython's cell machinery.
+
+    The grader waits on a FIFO; each finished request writes its number there.
+    """
+    fifo = os.open(request["fifo"], os.O_WRONLY)
+
+    def on_open(comm, msg):
+        def on_msg(msg):
+            data = msg["content"]["data"]
+            try:
+                serve(data["op"], data["req"], data["resp"])
+            finally:
+                os.write(fifo, f"{data['n']}\n".encode())
+        comm.on_msg(on_msg)
+
+    _shell().kernel.comm_manager.register_target(request["target"], on_open)
+    return {}
+
+
 def serve(op, request_path, response_path):
     """Read a request, run `op`, and write the reply (setup and probe say what was tampered with)."""
     request = torch.load(request_path, weights_only=True) if request_path else {}
-    reply = {"setup": setup, "names": names, "call": call}[op](request) if op != "probe" else {}
+    reply = {"setup": setup, "names": names, "call": call, "listen": listen}[op](request) if op != "probe" else {}
     reply = dict(reply)
     reply["tampered"] = probe() if op in ("setup", "probe") else []
     try:
