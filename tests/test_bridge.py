@@ -1,0 +1,121 @@
+"""The bridge between the grading process and a real student kernel: only data crosses, and it keeps its meaning."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader import registry
+from grader.autograde import tamper
+from grader.autograde.bridge import Bridge, RemoteFunction, RemoteObject
+from grader.autograde.kernel import GiB, Limits, NotebookKernel
+from grader.expect import CheckFailure, call
+from grader.runner import CheckCrashed, CheckMemory, CheckTimeout
+
+CELLS = [
+    "import torch, time, os\n"
+    "def same(x, y): return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()\n"
+    "def view_of(x): return x.t()\n"
+    "def scale_in_place(x): x.mul_(2); return x\n"
+    "class ShapeError(ValueError): pass\n"
+    "def shape_error(): raise ShapeError('bad shape')\n"
+    "def opaque(): return object()\n"
+    "class Liar(torch.Tensor):\n    def __eq__(self, other): return True\n"
+    "def liar(x): return x.as_subclass(Liar)\n"
+    "def broadcast(a, b): return torch.broadcast_shapes(a, b)\n"
+    "def hog(): return torch.empty(2**36)\n"
+    "def spin():\n    while True: pass\n"
+    "def die(): os._exit(1)\n"
+    "def pair(): return (1, 2.5, 'x', None, [True], {'k': torch.ones(2)})",
+    "exec('import torch; torch.allclose = lambda *a, **k: True')",
+]
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory):
+    kernel = NotebookKernel(CELLS, tmp_path_factory.mktemp("kernel"),
+                            Limits(cell_timeout=20, check_timeout=3, memory=3 * GiB))
+    b = Bridge(kernel)
+    kernel.setup = lambda k: b.setup()
+    kernel.start()
+    kernel.run_cells()
+    yield b
+    kernel.close()
+    b.close()
+
+
+def remote(bridge, name, exercise="tensors.broadcast_shape"):
+    bridge.deadline, bridge.limit = None, 3
+    return RemoteFunction(bridge, name, registry.get(exercise))
+
+
+def test_views_of_one_storage_arrive_as_views_whatever_their_dtype(bridge):
+    x = torch.randn(4, 6)
+    assert remote(bridge, "same")(x, x.view(torch.int32)) is True
+    assert remote(bridge, "same")(x, x.clone()) is False
+    assert remote(bridge, "same")(x[1:], x[:, 2]) is True
+
+
+def test_a_returned_view_is_a_view_of_the_local_input(bridge):
+    x = torch.randn(3, 5)
+    y = remote(bridge, "view_of")(x)
+    assert torch.equal(y, x.t()) and y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_in_place_changes_are_seen_by_the_checks(bridge):
+    with pytest.raises(CheckFailure, match="changed its input in place"):
+        call(remote(bridge, "scale_in_place"), torch.ones(3), what="scale_in_place(x)")
+
+
+def test_exceptions_keep_their_kind_and_the_students_name(bridge):
+    with pytest.raises(ValueError) as info:
+        remote(bridge, "shape_error")()
+    assert type(info.value).__name__ == "ShapeError" and "bad shape" in str(info.value)
+    assert "shape_error" in info.value.grader_where
+
+
+def test_values_that_are_not_data_stay_opaque(bridge):
+    got = remote(bridge, "opaque")()
+    assert isinstance(got, RemoteObject) and type(got).__name__ == "object" and got != got.__class__("x")
+    lie = remote(bridge, "liar")(torch.ones(2))
+    assert not isinstance(lie, torch.Tensor) and type(lie).__name__ == "Liar"
+    one, half, text, none, flags, d = remote(bridge, "pair")()
+    assert (one, half, text, none, flags) == (1, 2.5, "x", None, [True]) and torch.equal(d["k"], torch.ones(2))
+
+
+def test_forbidden_functions_fail_the_check(bridge):
+    with pytest.raises(CheckFailure, match="must do this itself, not call torch.broadcast_shapes"):
+        remote(bridge, "broadcast")((2, 1), (1, 3))
+
+
+def test_memory_blow_up_is_memory(bridge):
+    with pytest.raises(CheckMemory):
+        remote(bridge, "hog")()
+
+
+def test_infinite_loop_times_out_and_the_kernel_answers_again(bridge):
+    f = remote(bridge, "spin")
+    bridge.deadline = __import__("time").monotonic() + 1
+    with pytest.raises(CheckTimeout):
+        f()
+    assert remote(bridge, "same")(torch.ones(1), torch.ones(1)) is False
+
+
+def test_the_probe_sees_tampering_that_the_source_hides(bridge):
+    assert tamper.scan(CELLS, [1, 2]) == []
+    bridge.probe()
+    assert "torch.allclose" in bridge.tampered
+
+
+def test_a_dead_kernel_is_crashed_then_replayed(bridge):
+    with pytest.raises(CheckCrashed):
+        remote(bridge, "die")()
+    assert bridge.kernel.restarts == 1
+    x = torch.randn(2, 2)
+    assert remote(bridge, "same")(x, x.t()) is True  # definitions are back after the replay
+
+
+def test_static_scan_follows_aliases_and_setattr():
+    found = tamper.scan(["import torch as t\nfrom grader import expect as e", "t.equal = None\ne.fail = print",
+                         "setattr(t, 'allclose', max)\nt.backends.cudnn.benchmark = True"], [1, 3, 5])
+    assert found == ["cell 3 replaces torch.equal", "cell 3 replaces grader.expect.fail",
+                     "cell 5 replaces torch.allclose"]
