@@ -25,7 +25,8 @@ CELLS = [
     "def hog(): return torch.empty(2**36)\n"
     "def spin():\n    while True: pass\n"
     "def die(): os._exit(1)\n"
-    "def pair(): return (1, 2.5, 'x', None, [True], {'k': torch.ones(2)})",
+    "def pair(): return (1, 2.5, 'x', None, [True], {'k': torch.ones(2)})\n"
+    "def meta(x): return (x.shape, x.dtype, x.device, 1 + 2j, b'raw')",
     "exec('import torch; torch.allclose = lambda *a, **k: True')",
 ]
 
@@ -80,6 +81,25 @@ def test_values_that_are_not_data_stay_opaque(bridge):
     assert not isinstance(lie, torch.Tensor) and type(lie).__name__ == "Liar"
     one, half, text, none, flags, d = remote(bridge, "pair")()
     assert (one, half, text, none, flags) == (1, 2.5, "x", None, [True]) and torch.equal(d["k"], torch.ones(2))
+
+
+def test_sizes_dtypes_devices_and_complex_numbers_survive(bridge):
+    got = remote(bridge, "meta")(torch.zeros(2, 3, dtype=torch.float16))
+    assert got == (torch.Size([2, 3]), torch.float16, torch.device("cpu"), 1 + 2j, b"raw")
+    assert type(got[0]) is torch.Size
+
+
+def test_a_reply_naming_a_class_is_refused(tmp_path):
+    import os
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
+
+    path = tmp_path / "reply"
+    path.write_bytes(pickle.dumps({"ok": True, "result": Boom()}))
+    assert Bridge._load(path) is None and not (tmp_path / "pwned").exists()
 
 
 def test_forbidden_functions_fail_the_check(bridge):
