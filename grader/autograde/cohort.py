@@ -178,15 +178,15 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         for s in students:  # students with nothing to run are complete already
             if left[s] == 0:
                 student_done(s)
-        columns = (TextColumn("[bold]grading"), BarColumn(), TextColumn("{task.completed}/{task.total} students"),
-                   TextColumn("{task.fields[current]}"), TimeElapsedColumn(), TextColumn("left"),
-                   TimeRemainingColumn())
+        columns = (TextColumn("[bold]grading"), BarColumn(bar_width=10),
+                   TextColumn("{task.completed}/{task.total} students"), TimeElapsedColumn(), TextColumn("left"),
+                   TimeRemainingColumn(), TextColumn("{task.fields[current]}"))
         pool = _pool(workers, "fork" if sys.platform == "linux" else "spawn") if pending else None
         with Progress(*columns, console=console, transient=False) as progress:
             bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
                                     current="")
             for record in _execute(pending, pool, workers, limits, scratch_root,
-                                   lambda running: progress.update(bar, current=", ".join(running))):
+                                   lambda running: progress.update(bar, current=_short(running))):
                 finish(record)
                 summary.notebooks += 1
                 left[record.student] -= 1
@@ -198,6 +198,15 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
             report.write_student(out, s, [r for (st, _), r in records.items() if st == s])
     summary.seconds = round(time.monotonic() - start, 1)
     return summary
+
+
+def _short(running: list[str], width: int = 26) -> str:
+    """The notebook in flight (and how many more), cut to fit beside the bar on an 80-column terminal."""
+    if not running:
+        return ""
+    more = f" +{len(running) - 1}" if len(running) > 1 else ""
+    first = running[0] if len(running[0]) + len(more) <= width else running[0][: width - len(more) - 1] + "…"
+    return first + more
 
 
 def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, limits: Limits, scratch_root: str,
@@ -215,7 +224,7 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
                 while queue and len(running) < max(1, workers):
                     task = queue.pop(0)
                     running[pool.submit(_run, task, limits, scratch_root)] = task
-                show([f"{t.student} / {t.chapter}" for t in running.values()])
+                show([f"{t.student}/{t.chapter}" for t in running.values()])
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
                     task = running.pop(fut)
