@@ -94,13 +94,13 @@ def plan(subs: list[Submission], chapters: list[str], base: str) -> list[Task]:
     return tasks
 
 
-def _state_path(out: Path, task: Task) -> Path:
-    return report.student_dir(out / ".state", task.student) / f"{task.chapter}.json"
+def _state_path(out: Path, student: str, chapter: str) -> Path:
+    return report.student_dir(out / ".state", student) / f"{chapter}.json"
 
 
 def _reuse(out: Path, task: Task) -> NotebookRecord | None:
     try:
-        data = json.loads(_state_path(out, task).read_text(encoding="utf-8"))
+        data = json.loads(_state_path(out, task.student, task.chapter).read_text(encoding="utf-8"))
         record = NotebookRecord.from_dict(data)
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -167,7 +167,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
 
         def finish(record: NotebookRecord) -> None:
             records[(record.student, record.chapter)] = record
-            report.write_atomic(_state_path(out, Task(record.student, record.chapter, None, None, "", "")),
+            report.write_atomic(_state_path(out, record.student, record.chapter),
                                 json.dumps(record.to_dict(), ensure_ascii=False, indent=1, sort_keys=True) + "\n")
 
         def student_done(student: str) -> None:
@@ -193,9 +193,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                 if left[record.student] == 0:
                     student_done(record.student)
                     progress.advance(bar)
-        report.write_cohort(out, records.values(), students, chosen)
-        for s in students:
-            report.write_student(out, s, [r for (st, _), r in records.items() if st == s])
+        report.write_cohort(out, records.values(), students, chosen)  # also when there are no students
     summary.seconds = round(time.monotonic() - start, 1)
     return summary
 

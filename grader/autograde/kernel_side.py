@@ -96,8 +96,14 @@ def probe():
     return sorted(set(changed))
 
 
+def _namespace():
+    """The notebook's variables."""
+    shell = _shell()
+    return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
+
+
 def names(request):
-    ns = _shell().user_ns if _shell() is not None else vars(sys.modules["__main__"])
+    ns = _namespace()
     kinds = {}
     for name in request["names"]:
         if name not in ns:
@@ -211,7 +217,7 @@ def _error(e):
 
 def call(request):
     """Call the student's function on the request's arguments, forbidding what the exercise forbids."""
-    ns = _shell().user_ns if _shell() is not None else vars(sys.modules["__main__"])
+    ns = _namespace()
     fn = ns.get(request["name"])
     if request["name"] not in ns:  # e.g. lost with a cell the replay had to skip
         def fn(*a, **k):
