@@ -7,10 +7,18 @@
 #   make bench    timer accuracy (and, on a GPU, MFU) report; grading cost and parallel speed-up
 
 PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# VENV= (empty) uses $(PYTHON) as it is, with its packages already installed (a machine with no package index).
+VENV   ?= .venv
 KERNEL := resource-accounting
+ifeq ($(strip $(VENV)),)
+PY     := $(PYTHON)
+JUPYTER := $(PYTHON) -m jupyter
+STAMP  := .system-python
+else
+PY     := $(VENV)/bin/python
+JUPYTER := $(VENV)/bin/jupyter
+STAMP  := $(VENV)/.installed
+endif
 
 LAB_IP    ?= 127.0.0.1
 LAB_PORT  ?= 8888
@@ -28,40 +36,48 @@ GRADE_FLAGS ?=
 setup: $(STAMP)
 
 # Re-runs only when the requirements change (or the venv is new): `make setup` twice does nothing the second time.
+ifeq ($(strip $(VENV)),)
+# No venv: only register the kernel for this interpreter (re-done every time; it is cheap).
+.PHONY: $(STAMP)
+$(STAMP):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed")'
+	@$(PYTHON) -m ipykernel install --user --name $(KERNEL) --display-name "Python (resource accounting)" >/dev/null
+else
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=/path/to/python3.11")'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -e .
-	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (resource accounting)" >/dev/null
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -e .
+	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (resource accounting)" >/dev/null
 	@touch $(STAMP)
-	@echo "set up .venv with kernel '$(KERNEL)'"
+	@echo "set up $(VENV) with kernel '$(KERNEL)'"
+endif
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) $(LAB_FLAGS)
+	$(JUPYTER) lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) $(LAB_FLAGS)
 
 # One pytest run: the grader's tests (tests/), then nbval over every solution notebook.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests solutions --nbval --nbval-current-env \
+	$(PY) -m pytest tests solutions --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider
 
 grade: $(STAMP)
-	$(BIN)/python -m grader grade $(if $(SUBMISSIONS),"$(SUBMISSIONS)",) --out "$(OUT)" $(GRADE_FLAGS)
+	$(PY) -m grader grade $(if $(SUBMISSIONS),"$(SUBMISSIONS)",) --out "$(OUT)" $(GRADE_FLAGS)
 
 student: $(STAMP)
-	$(BIN)/python -m grader student --solutions solutions --out notebooks
+	$(PY) -m grader student --solutions solutions --out notebooks
 
 release: $(STAMP)
-	$(BIN)/python -m grader release --out dist/student
+	$(PY) -m grader release --out dist/student
 
 demo: $(STAMP)
-	$(BIN)/python -m grader demo
+	$(PY) -m grader demo
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/timers.py
-	$(BIN)/python benchmarks/grading.py
+	$(PY) benchmarks/timers.py
+	$(PY) benchmarks/grading.py
 
 mfu: $(STAMP)
-	$(BIN)/python -m grader mfu
+	$(PY) -m grader mfu
 
 clean:
 	rm -rf $(VENV) dist .pytest_cache grades

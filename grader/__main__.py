@@ -1,4 +1,4 @@
-"""`python -m grader <command>`: grade (a class's submissions), mfu (device table), student, release, demo."""
+"""`python -m grader <command>`: grade (a class's submissions), mfu (device table), student, release, demo, execute."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("student", help="generate notebooks/ from solutions/", add_help=False)
     sub.add_parser("release", help="build the student release (no solutions, no hidden checks)", add_help=False)
     sub.add_parser("demo", help="regenerate the demo cohort in demo/submissions from solutions/", add_help=False)
+    sub.add_parser("execute", help="run solution notebooks and save them with their outputs", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "mfu":
         from grader.mfu import main as run
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
                 from grader.authoring.student import main as run
             elif args.command == "demo":
                 from grader.authoring.demo import main as run
+            elif args.command == "execute":
+                from grader.authoring.execute import main as run
             else:
                 from grader.authoring.release import main as run
         except ModuleNotFoundError:

@@ -85,6 +85,20 @@ def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a == b).all())
 
 
+def expect_tensor_like(actual: Any, shape: tuple[int, ...], dtype: torch.dtype | None, device: Any, what: str) -> None:
+    """A plain tensor of this shape (and dtype and device, unless None); values are not looked at."""
+    if not isinstance(actual, _Tensor):
+        fail(f"{what} should be a tensor, got {describe(actual)}")
+    if type(actual) not in (_Tensor, torch.nn.Parameter):
+        fail(f"{what} should be a plain torch.Tensor, got the subclass {type(actual).__name__}")
+    if tuple(actual.shape) != tuple(shape):
+        fail(f"{what} has shape {tuple(actual.shape)}, expected {tuple(shape)}")
+    if dtype is not None and actual.dtype != dtype:
+        fail(f"{what} has dtype {actual.dtype}, expected {dtype} (keep the input's dtype)")
+    if device is not None and actual.device != torch.device(device):
+        fail(f"{what} is on {actual.device}, expected {device}")
+
+
 def expect_tensor(actual: Any, expected: torch.Tensor, what: str, *, rtol: float | None = None,
                   atol: float | None = None, check_dtype: bool = True, check_device: bool = True,
                   equal_nan: bool = True) -> None:
@@ -92,16 +106,8 @@ def expect_tensor(actual: Any, expected: torch.Tensor, what: str, *, rtol: float
 
     Default tolerances follow torch.testing.assert_close for the expected dtype.
     """
-    if not isinstance(actual, _Tensor):
-        fail(f"{what} should be a tensor, got {describe(actual)}")
-    if type(actual) not in (_Tensor, torch.nn.Parameter):
-        fail(f"{what} should be a plain torch.Tensor, got the subclass {type(actual).__name__}")
-    if tuple(actual.shape) != tuple(expected.shape):
-        fail(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
-    if check_dtype and actual.dtype != expected.dtype:
-        fail(f"{what} has dtype {actual.dtype}, expected {expected.dtype} (keep the input's dtype)")
-    if check_device and actual.device != expected.device:
-        fail(f"{what} is on {actual.device}, expected {expected.device}")
+    expect_tensor_like(actual, tuple(expected.shape), expected.dtype if check_dtype else None,
+                       expected.device if check_device else None, what)
     a, e = actual.detach(), expected.detach()
     if a.dtype != e.dtype:
         a = a.to(e.dtype)

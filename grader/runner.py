@@ -77,7 +77,7 @@ def forbidding(exercise: Exercise) -> Iterator[None]:
 
 def _forbid_during(obj: Any, exercise: Exercise) -> Any:
     """The student's function, refusing the exercise's forbidden functions while it runs."""
-    if not exercise.forbid or not callable(obj):
+    if not exercise.forbid or not callable(obj) or isinstance(obj, type):  # classes stay classes (scenarios)
         return obj
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -216,5 +216,16 @@ def run_namespace(namespace: Mapping[str, Any], chapter: str | None = None, hidd
     return results
 
 
-__all__ = ["run_exercise", "run_namespace", "run_check", "CheckTimeout", "CheckMemory", "CheckCrashed", "forbidding",
+def assert_all_pass(namespace: Mapping[str, Any], chapter: str) -> None:
+    """For the solution notebooks' last cell: every exercise of `chapter` passes every public and hidden check."""
+    results = run_namespace(namespace, chapter=chapter, hidden=True)
+    failing = {r.exercise: [f"{c.name}: {c.message}" for c in r.checks if not c.passed] or r.message
+               for r in results if r.status != PASSED}
+    if failing:
+        raise AssertionError(f"checks that fail on the solutions: {failing}")
+    checks = sum(len(r.checks) for r in results)
+    print(f"{chapter}: all {len(results)} exercises pass all {checks} checks (public and hidden)")
+
+
+__all__ = ["run_exercise", "run_namespace", "assert_all_pass", "run_check", "CheckTimeout", "CheckMemory", "CheckCrashed", "forbidding",
            "FAILED", "NOT_IMPLEMENTED"]

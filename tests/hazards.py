@@ -20,7 +20,9 @@ ALL_PASS = {e: "passed" for e in EXERCISES}
 
 
 def solved() -> nbformat.NotebookNode:
+    """The solution as a student would hand it in: no solution-only cells, no outputs."""
     nb = nbformat.read(SOLUTION, as_version=4)
+    nb.cells = [c for c in nb.cells if "solution-only" not in c.get("metadata", {}).get("tags", [])]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None

@@ -21,11 +21,13 @@ from typing import Any
 
 import torch
 
+from grader import scenario as scenarios_api
 from grader.autograde import kernel_side
 from grader.autograde.kernel import NotebookKernel, Outcome
 from grader.expect import CheckFailure
 from grader.registry import Exercise
 from grader.runner import CheckCrashed, CheckMemory, CheckTimeout, forbidden_message
+from grader.scenario import Opaque, opaque_class
 
 MAX_REPLY_BYTES = 256 * 2**20
 _SOURCE = Path(kernel_side.__file__).read_text(encoding="utf-8")
@@ -36,10 +38,16 @@ _INSTALL = (f"import sys as _s, types as _t\n_m = _t.ModuleType({kernel_side.MOD
             f"_s.modules[{kernel_side.MODULE!r}] = _m\ndel _s, _t, _m")
 _SERVE = f"__import__('sys').modules[{kernel_side.MODULE!r}].serve"
 
-# What a notebook must not replace: the comparisons a grader would use, and how errors are shown.
+# What a notebook must not replace: the comparisons a grader would use, the machinery scenarios drive
+# (autograd, modules, saving), and how errors are shown.
 PROTECTED = (
     "torch.allclose", "torch.equal", "torch.isclose", "torch.testing.assert_close",
     "torch.Tensor.__eq__", "torch.Tensor.allclose", "torch.Tensor.equal", "torch.Tensor.__bool__",
+    "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.autograd.gradcheck",
+    "torch.autograd.gradgradcheck", "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
+    "torch.nn.Module.__call__", "torch.nn.Module.parameters", "torch.nn.Module.named_parameters",
+    "torch.nn.Module.state_dict", "torch.nn.Module.load_state_dict", "torch.nn.Module.register_forward_hook",
+    "torch.save", "torch.load", "torch.optim.Optimizer.zero_grad", "os.replace", "os.fsync",
     "numpy.allclose", "numpy.array_equal", "numpy.testing.assert_allclose",
     "builtins.isinstance", "builtins.type",
     "IPython.core.interactiveshell.InteractiveShell.showtraceback",
@@ -47,7 +55,13 @@ PROTECTED = (
     "IPython.core.interactiveshell.InteractiveShell.showsyntaxerror",
 )
 IMPORTS = ("torch", "numpy", "grader", "grader.notebook", "grader.runner", "grader.expect", "grader.registry",
-           "grader.results", "grader.feedback", "grader.exercises")
+           "grader.results", "grader.feedback", "grader.exercises", "grader.scenario")
+SCENARIO_DIR = Path(scenarios_api.__file__).with_name("scenarios")
+
+
+def scenario_sources() -> dict[str, str]:
+    """Short name -> source of every scenario module, installed in each grading kernel before student code."""
+    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(SCENARIO_DIR.glob("*.py")) if p.stem != "__init__"}
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -63,26 +77,7 @@ def _fast_tmp() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-class RemoteObject:
-    """Stands for a value that is not plain data (a student's own class, a numpy array...): equal to nothing."""
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-
-    def __repr__(self) -> str:
-        return self._text
-
-
-_CLASSES: dict[tuple[str, str], type] = {}
-
-
-def _remote_class(module: str, qualname: str, base: type) -> type:
-    """A local class named like the student's, so messages read `got MyTensor` or `raised ShapeError`."""
-    key = (module + "." + qualname, base.__name__)
-    if key not in _CLASSES:
-        name = qualname.rsplit(".", 1)[-1] or "object"
-        _CLASSES[key] = type(name, (base,), {"__module__": module or "student"})
-    return _CLASSES[key]
+RemoteObject = Opaque  # the name the first tests used
 
 
 class Bridge:
@@ -143,7 +138,8 @@ class Bridge:
 
     def setup(self) -> Outcome:
         self.kernel.call(_INSTALL, 60)
-        outcome, _ = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED)}, 120)
+        outcome, _ = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED),
+                                            "scenarios": scenario_sources()}, 120)
         target = "grader-bridge-" + secrets.token_hex(4)
         listening, _ = self.request("listen", {"fifo": self.kernel.fifo_path, "target": target}, 30)
         if listening.status == "ok":
@@ -163,16 +159,24 @@ class Bridge:
 
     def call(self, name: str, exercise: Exercise, args: tuple, kwargs: dict) -> Any:
         """Run the student's `name(*args, **kwargs)` in the kernel: its result, or its exception raised here."""
+        return self._run("call", {"name": name}, exercise, args, kwargs, copy_back=True)
+
+    def scenario(self, module: str, function: str, exercise: Exercise, args: tuple, kwargs: dict) -> Any:
+        """Run scenario `module.function` in the kernel, the student's handles among the arguments resolved there."""
+        return self._run("scenario", {"module": module, "function": function}, exercise, args, kwargs)
+
+    def _run(self, op: str, what: dict, exercise: Exercise, args: tuple, kwargs: dict, copy_back: bool = False) -> Any:
         remaining = (self.deadline - time.monotonic()) if self.deadline is not None else self.kernel.limits.check_timeout
         if remaining <= 0:
             raise CheckTimeout(self.limit)
         token = "\0grader-opaque-" + secrets.token_hex(8) + "-"
-        seed = zlib.crc32(f"{exercise.id}:{name}:{self._n}".encode())
+        seed = zlib.crc32(f"{exercise.id}:{what.get('name') or what.get('function')}:{self._n}".encode())
         storages: dict = {}
-        packed_args, packed_kwargs = kernel_side.pack((tuple(args), dict(kwargs)), token, storages)
-        payload = {"name": name, "args": packed_args, "kwargs": packed_kwargs, "seed": seed,
+        refs = _student_refs((tuple(args), dict(kwargs)), token)
+        packed_args, packed_kwargs = kernel_side.pack(refs, token, storages)
+        payload = {**what, "args": packed_args, "kwargs": packed_kwargs, "seed": seed,
                    "forbid": list(exercise.forbid), "token": token, "storages": kernel_side.storage_list(storages)}
-        outcome, reply = self.request("call", payload, remaining)
+        outcome, reply = self.request(op, payload, remaining)
         if outcome.status == "timeout":
             self.kernel.recover(outcome)
             raise CheckTimeout("the notebook's time ran out" if outcome.evalue == "notebook" else self.limit)
@@ -186,10 +190,11 @@ class Bridge:
                                                      kernel_side.storages_from(list(reply.get("storages") or [])))
         except Exception as e:  # a reply that does not decode is the student's doing (or a grader bug): not a pass
             raise RuntimeError(f"the kernel's reply could not be read ({type(e).__name__})") from None
-        self._copy_back(args, remote_args)
+        if copy_back:
+            self._copy_back(args, remote_args)
         if not reply.get("ok"):
             raise self._exception(reply.get("error") or {}, exercise)
-        return self._decode(result, token, reply.get("opaque") or {}, args, remote_args)
+        return self._decode(result, token, reply.get("opaque") or {}, args if copy_back else (), remote_args)
 
     @staticmethod
     def _copy_back(local: tuple, remote: list) -> None:
@@ -215,7 +220,7 @@ class Bridge:
                 base = cls
                 break
         name = str(err.get("name") or base.__name__)
-        cls = base if name == base.__name__ else _remote_class("", name, base)
+        cls = base if name == base.__name__ else opaque_class("", name, base)
         e = cls(str(err.get("message", "")))
         e.grader_where = str(err.get("where", ""))
         return e
@@ -223,7 +228,7 @@ class Bridge:
     def _decode(self, x: Any, token: str, opaque: dict, local_args: tuple, remote_args: list) -> Any:
         if isinstance(x, str) and x.startswith(token) and x in opaque:
             module, qualname, text = (str(v) for v in opaque[x])
-            return _remote_class(module, qualname, RemoteObject)(text)
+            return opaque_class(module, qualname, Opaque)(text)
         if isinstance(x, torch.Tensor):
             return self._rebase(x, local_args, remote_args)
         if type(x) in (tuple, list):
@@ -243,8 +248,22 @@ class Bridge:
         return t
 
 
+def _student_refs(x: Any, token: str, depth: int = 0) -> Any:
+    """Arguments with every RemoteFunction replaced by a reference the kernel resolves to the notebook's object."""
+    if isinstance(x, RemoteFunction):
+        return (token + "student", x.__name__)
+    if depth < scenarios_api.MAX_DEPTH and type(x) in (tuple, list):
+        return type(x)(_student_refs(v, token, depth + 1) for v in x)
+    if depth < scenarios_api.MAX_DEPTH and type(x) is dict:
+        return {k: _student_refs(v, token, depth + 1) for k, v in x.items()}
+    return x
+
+
 class RemoteFunction:
-    """The student's function as the checks see it; calling it runs the original in the kernel."""
+    """The student's function or class as the checks see it: calling it runs the original in the kernel, and
+    `grader.scenario.run_scenario` with it among the arguments runs the scenario there."""
+
+    _grader_remote_ = True
 
     def __init__(self, bridge: Bridge, name: str, exercise: Exercise) -> None:
         self._bridge, self._exercise = bridge, exercise
@@ -252,6 +271,9 @@ class RemoteFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._bridge.call(self.__name__, self._exercise, args, kwargs)
+
+    def _grader_scenario_(self, module: str, function: str, args: tuple, kwargs: dict) -> Any:
+        return self._bridge.scenario(module, function, self._exercise, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<student function {self.__name__}>"

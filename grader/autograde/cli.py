@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-timeout", type=float, default=d.check_timeout, help=f"seconds per check ({d.check_timeout:g})")
     parser.add_argument("--notebook-timeout", type=float, default=d.notebook_timeout,
                         help=f"seconds per notebook, cells and checks together ({d.notebook_timeout:g})")
-    parser.add_argument("--memory", type=parse_size, default=d.memory, help="memory per kernel (4G)")
+    parser.add_argument("--memory", type=parse_size, default=d.memory, help="address space a kernel may use beyond its own start-up (4G)")
     parser.add_argument("--chapters", help="comma-separated notebook stems (default: every chapter submitted)")
     args = parser.parse_args(argv)
 

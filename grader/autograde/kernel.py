@@ -1,6 +1,6 @@
 """One student notebook in a fresh, limited kernel: run its cells, survive what they do, replay after a crash.
 
-The kernel is the course's Python (this interpreter) started through `grader.autograde.launch`,
+The kernel is the course's Python (this interpreter) started through `grader/autograde/launch.py`,
 which applies the memory limit, whatever kernel the notebook's metadata names. Cells that kill
 or hang the kernel are remembered and skipped when the kernel is restarted and the notebook
 replayed, so the definitions in the other cells survive.
@@ -30,6 +30,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
 GiB = 2**30
+_LAUNCH = str(Path(__file__).with_name("launch.py"))  # by path: see launch.py
 REPLAY_SLOW_CELL = 2.0  # seconds a timed-out cell gets when the notebook is replayed
 
 
@@ -39,7 +40,7 @@ class Limits:
     cell_timeout: float = 60.0       # seconds per notebook cell
     check_timeout: float = 20.0      # seconds per check (all the calls one check makes)
     notebook_timeout: float = 600.0  # seconds for the whole notebook: cells, replays and checks
-    memory: int = 4 * GiB            # address space of the kernel process (RLIMIT_AS)
+    memory: int = 4 * GiB            # address space the kernel may add to its start-up (RLIMIT_AS; launch.py)
     threads: int = 1                 # torch / OpenMP threads in the kernel
     max_restarts: int = 4            # kernel restarts (each replays the notebook) before giving up
 
@@ -57,7 +58,7 @@ class _GradingKernelManager(AsyncKernelManager):
 
     @property
     def kernel_spec(self) -> KernelSpec:  # type: ignore[override]
-        return KernelSpec(argv=[sys.executable, "-m", "grader.autograde.launch", "-f", "{connection_file}"],
+        return KernelSpec(argv=[sys.executable, _LAUNCH, "-f", "{connection_file}"],
                           display_name="grading", language="python", metadata={})
 
 

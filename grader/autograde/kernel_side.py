@@ -5,6 +5,7 @@ decides nothing: it calls the student's function on inputs the grader wrote and 
 data (tensors, numbers, strings, containers) for the grader to judge in its own process.
 It imports nothing from `grader`, and runs in a fresh namespace each time.
 """
+import gc
 import linecache
 import os
 import pickle
@@ -17,6 +18,7 @@ import torch
 MODULE = "__grader_bridge__"     # this code, compiled once per kernel
 SNAPSHOT = "__grader_snapshot__"  # a module in sys.modules holding the objects as they were before student code
 BRIDGE_FILE = "<grader-bridge>"
+SCENARIOS = "__grader_scenarios__"  # the package the scenario modules are installed under (see setup)
 _PLAIN = (type(None), bool, int, float, str, bytes)  # what goes into the pickle as itself
 _LIB_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, os))
 
@@ -46,7 +48,8 @@ def _watched(protected):
     """Everything tampering would change: protected names, and every attribute of every grader module."""
     found = {name: _resolve(name) for name in protected}
     for modname, mod in sorted(sys.modules.items()):
-        if (modname == "grader" or modname.startswith("grader.")) and mod is not None:
+        ours = modname in ("grader", SCENARIOS) or modname.startswith(("grader.", SCENARIOS + "."))
+        if ours and mod is not None:
             for attr, value in list(vars(mod).items()):
                 if not attr.startswith("__"):
                     found[f"{modname}.{attr}"] = value
@@ -56,7 +59,7 @@ def _watched(protected):
             found[f"get_ipython().{attr}"] = vars(shell).get(attr)
     registry = sys.modules.get("grader.registry")
     for ex_id, ex in (getattr(registry, "_EXERCISES", None) or {}).items():
-        found[f"grader exercise {ex_id}"] = tuple(c.fn for c in ex.checks)
+        found[f"grader exercise {ex_id}"] = tuple(c.fn for c in ex.checks if not c.hidden)  # hidden ones may load later
     return found
 
 
@@ -69,6 +72,18 @@ def setup(request):
             __import__(name)
     finally:
         sys.path[:0] = here
+    # Scenario modules, from the grader's own text, as submodules of a private package: their relative
+    # imports (`from . import common`) resolve to each other, never to files the notebook could reach.
+    package = types.ModuleType(SCENARIOS)
+    package.__path__ = []
+    sys.modules[SCENARIOS] = package
+    scenarios = request.get("scenarios") or {}
+    for name in sorted(scenarios, key=lambda n: (n != "common", n)):
+        mod = types.ModuleType(f"{SCENARIOS}.{name}")
+        mod.__file__, mod.__package__ = f"<grader-scenario-{name}>", SCENARIOS
+        sys.modules[mod.__name__] = mod
+        exec(compile(scenarios[name], mod.__file__, "exec"), mod.__dict__)
+        setattr(package, name, mod)
     snap = types.ModuleType(SNAPSHOT)
     snap.objects = _watched(request["protected"])
     snap.protected = list(request["protected"])
@@ -161,11 +176,14 @@ def storages_from(blobs):
             for b in blobs]
 
 
-def unpack(x, token, storages):
-    """The inverse of pack (opaque tokens stay strings for the receiver to handle)."""
+def unpack(x, token, storages, student=None):
+    """The inverse of pack (opaque tokens stay strings for the receiver to handle); `student(name)` resolves
+    a reference to one of the notebook's objects (a scenario's argument)."""
     t = type(x)
     if t is tuple and x and type(x[0]) is str and x[0].startswith(token):
         kind = x[0][len(token):]
+        if kind == "student" and len(x) == 2 and student is not None:
+            return student(x[1])
         if kind == "tensor" and len(x) == 7:
             _, index, dtype, shape, stride, offset, grad = x
             dt = getattr(torch, dtype)
@@ -182,9 +200,9 @@ def unpack(x, token, storages):
         if kind == "complex" and len(x) == 3:
             return complex(x[1], x[2])
     if t in (tuple, list):
-        return t(unpack(v, token, storages) for v in x)
+        return t(unpack(v, token, storages, student) for v in x)
     if t is dict:
-        return {k: unpack(v, token, storages) for k, v in x.items()}
+        return {k: unpack(v, token, storages, student) for k, v in x.items()}
     return x
 
 
@@ -195,7 +213,8 @@ class Forbidden(Exception):
 def _student_frames(tb, limit=3):
     lines = []
     for fs in traceback.extract_tb(tb):
-        if fs.filename == BRIDGE_FILE or os.path.abspath(fs.filename).startswith(_LIB_DIRS):
+        if (fs.filename == BRIDGE_FILE or fs.filename.startswith("<grader-scenario")
+                or os.path.abspath(fs.filename).startswith(_LIB_DIRS)):
             continue
         code = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
         lines.append(f"in {fs.name}, line {fs.lineno}: {code}" if code else f"in {fs.name}, line {fs.lineno}")
@@ -215,15 +234,25 @@ def _error(e):
             "oom": oom, "forbidden": e.args[0] if isinstance(e, Forbidden) else ""}
 
 
-def call(request):
-    """Call the student's function on the request's arguments, forbidding what the exercise forbids."""
-    ns = _namespace()
-    fn = ns.get(request["name"])
-    if request["name"] not in ns:  # e.g. lost with a cell the replay had to skip
-        def fn(*a, **k):
-            raise NameError(f"name {request['name']!r} is not defined")
+def _student_object(ns):
+    """Resolve a name to the notebook's object; a missing one (e.g. lost with a skipped cell) raises when used."""
+    def resolve(name):
+        if name in ns:
+            return ns[name]
+
+        def missing(*a, **k):
+            raise NameError(f"name {name!r} is not defined")
+        missing.__name__ = name
+        return missing
+    return resolve
+
+
+def _run(request, fn, args, kwargs, collect=False):
+    """fn(*args, **kwargs) with the exercise's forbidden functions refused and torch seeded; the reply.
+
+    With `collect`, the objects the call made (in reference cycles too) die before it returns, so a
+    misbehaving `__del__` runs inside this call's time and is charged to this check."""
     token = request["token"]
-    args, kwargs = unpack((request["args"], request["kwargs"]), token, storages_from(request["storages"]))
     saved = []
     for dotted in request["forbid"]:
         owner_path, attr = dotted.rsplit(".", 1)
@@ -239,6 +268,9 @@ def call(request):
             torch.manual_seed(request["seed"])
             result = fn(*args, **kwargs)
         reply = {"ok": True, "result": pack(result, token, storages, opaque)}
+        del result
+        if collect:
+            gc.collect(1)  # the young generations: what this call made
     except BaseException as e:  # the student's exception is data for the grader, whatever it is
         reply = {"ok": False, "error": _error(e)}
     finally:
@@ -247,6 +279,27 @@ def call(request):
     reply["args"] = [pack(a, token, storages) if type(a) in (torch.Tensor, torch.nn.Parameter) else None
                      for a in args]
     reply["opaque"], reply["storages"] = opaque, storage_list(storages)
+    return reply
+
+
+def call(request):
+    """Call the student's function on the request's arguments, forbidding what the exercise forbids."""
+    fn = _student_object(_namespace())(request["name"])
+    args, kwargs = unpack((request["args"], request["kwargs"]), request["token"], storages_from(request["storages"]))
+    return _run(request, fn, args, kwargs)
+
+
+def scenario(request):
+    """Run a scenario (a function of a scenario module installed at setup) on the notebook's objects."""
+    token = request["token"]
+    args, kwargs = unpack((request["args"], request["kwargs"]), token, storages_from(request["storages"]),
+                          _student_object(_namespace()))
+    module = sys.modules.get(f"{SCENARIOS}.{request['module']}")
+    fn = getattr(module, request["function"], None) if module is not None else None
+    if fn is None:
+        raise RuntimeError(f"the grader's scenario {request['module']}.{request['function']} is not installed")
+    reply = _run(request, fn, args, kwargs, collect=True)
+    reply["args"] = []
     return reply
 
 
@@ -277,7 +330,8 @@ def serve(op, request_path, response_path):
             request = pickle.load(f)  # written by the grader
     else:
         request = {}
-    reply = {"setup": setup, "names": names, "call": call, "listen": listen}[op](request) if op != "probe" else {}
+    ops = {"setup": setup, "names": names, "call": call, "scenario": scenario, "listen": listen}
+    reply = ops[op](request) if op != "probe" else {}
     reply = dict(reply)
     reply["tampered"] = probe() if op in ("setup", "probe") else []
     try:

@@ -88,7 +88,17 @@ class _Scan(ast.NodeVisitor):
                     self.found.append(name or f"an attribute of {owner}")
         elif isinstance(func, ast.Attribute) and func.attr == "set_custom_exc":
             self.found.append("get_ipython().set_custom_exc")
+        elif (isinstance(func, ast.Attribute) and func.attr == "run_cell_magic" and len(node.args) >= 3
+              and isinstance(node.args[2], ast.Constant) and isinstance(node.args[2].value, str)):
+            self.visit_source(node.args[2].value)  # %%needs, %%capture...: the body is Python too
         self.generic_visit(node)
+
+    def visit_source(self, source: str) -> None:
+        try:
+            tree = ast.parse(TransformerManager().transform_cell(source))
+        except (SyntaxError, ValueError, RecursionError):
+            return
+        self.visit(tree)
 
 
 def scan(sources: list[str], numbers: list[int]) -> list[str]:
@@ -96,17 +106,12 @@ def scan(sources: list[str], numbers: list[int]) -> list[str]:
 
     `numbers` are the cells' positions in the notebook as Jupyter shows them (from 1, counting markdown).
     """
-    transform = TransformerManager().transform_cell
     found = []
     aliases: dict[str, str] = {}
     for i, source in zip(numbers, sources):
-        try:
-            tree = ast.parse(transform(source))
-        except (SyntaxError, ValueError, RecursionError):
-            continue
         visitor = _Scan()
         visitor.aliases.update(aliases)
-        visitor.visit(tree)
+        visitor.visit_source(source)
         aliases = visitor.aliases  # imports carry over to later cells, as in the kernel
         found += [f"cell {i} replaces {name}" for name in dict.fromkeys(visitor.found)]
     return found

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import torch
 
-from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_type, fail)
+from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_tensor_like,
+                           expect_type, fail)
 from grader.registry import exercise
 
-_broadcast_shapes = torch.broadcast_shapes  # the reference, bound before any student code runs
+_broadcast_shapes = torch.broadcast_shapes  # the references, bound before any student code runs
+_matmul = torch.matmul
 
 SAME_STORAGE = exercise("tensors.same_storage", points=2)
 ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
@@ -56,20 +58,14 @@ def copies_do_not_share(same_storage):
 
 # ---------------------------------------------------------------- element_offset
 
-def reference_offset(x: torch.Tensor, index: tuple[int, ...]) -> int:
-    offset = x.storage_offset()
-    for i, size, stride in zip(index, x.shape, x.stride()):
-        offset += (i % size) * stride
-    return offset
-
-
 def numbered(n: int) -> torch.Tensor:
     """Storage holding 0, 1, 2, ...: the value of an element is its position in the storage."""
     return torch.arange(n, dtype=torch.float64)
 
 
 def expect_offset(element_offset, x: torch.Tensor, index: tuple[int, ...], how: str) -> None:
-    want = reference_offset(x, index)
+    """`x` must be a view of a `numbered` storage: then the value x[index] *is* the expected position."""
+    want = int(x[index].item())
     got = call(element_offset, x, index, what=f"element_offset({how}, {index})")
     expect_type(got, int, f"element_offset({how}, {index})")
     if got != want:
@@ -158,12 +154,8 @@ def incompatible(broadcast_shape):
 
 # ---------------------------------------------------------------- attention_scores
 
-def reference_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    return torch.matmul(q.double(), k.double().transpose(-1, -2)).to(q.dtype)
-
-
 def expect_scores(attention_scores, q: torch.Tensor, k: torch.Tensor, how: str) -> None:
-    want = reference_scores(q, k)
+    want = _matmul(q.double(), k.double().transpose(-1, -2)).to(q.dtype)  # torch's own matmul, in float64
     got = call(attention_scores, q, k, what=f"attention_scores(q, k) for {how}")
     tol = 2e-2 if q.dtype in (torch.bfloat16, torch.float16) else 1e-5
     expect_tensor(got, want, f"attention_scores(q, k) for {how}", rtol=tol, atol=tol)
@@ -192,26 +184,27 @@ def keeps_dtype(attention_scores):
 
 # ---------------------------------------------------------------- split_heads / merge_heads
 
-def reference_split(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    *lead, seq, width = x.shape
-    return x.reshape(*lead, seq, num_heads, width // num_heads).transpose(-3, -2)
-
-
-def reference_merge(x: torch.Tensor) -> torch.Tensor:
-    *lead, heads, seq, d = x.shape
-    return x.transpose(-3, -2).reshape(*lead, seq, heads * d)
-
-
 def expect_split(split_heads, x: torch.Tensor, num_heads: int, layout: str = "") -> None:
+    """Head h of the result must hold features h*d to (h+1)*d - 1 of every position, in order."""
     what = f"split_heads(x of shape {tuple(x.shape)}{f' ({layout})' if layout else ''}, {num_heads})"
-    want = reference_split(x, num_heads)
-    expect_tensor(call(split_heads, x, num_heads, what=what), want, what)
+    *lead, seq, width = x.shape
+    d = width // num_heads
+    got = call(split_heads, x, num_heads, what=what)
+    expect_tensor_like(got, (*lead, num_heads, seq, d), x.dtype, x.device, what)
+    for h in range(num_heads):
+        expect_tensor(got[..., h, :, :], x[..., h * d:(h + 1) * d], f"{what}[..., {h}, :, :] (head {h}: "
+                      f"features {h * d} to {(h + 1) * d - 1})")
 
 
 def expect_merge(merge_heads, x: torch.Tensor, how: str = "") -> None:
+    """Features h*d to (h+1)*d - 1 of the result must be head h, for every position."""
     what = f"merge_heads({how or f'x of shape {tuple(x.shape)}'})"
-    want = reference_merge(x)
-    expect_tensor(call(merge_heads, x, what=what), want, what)
+    *lead, heads, seq, d = x.shape
+    got = call(merge_heads, x, what=what)
+    expect_tensor_like(got, (*lead, seq, heads * d), x.dtype, x.device, what)
+    for h in range(heads):
+        expect_tensor(got[..., h * d:(h + 1) * d], x[..., h, :, :], f"{what}[..., {h * d}:{(h + 1) * d}] "
+                      f"(should be head {h})")
 
 
 @SPLIT_HEADS.check
@@ -238,8 +231,11 @@ def not_divisible(split_heads):
 @MERGE_HEADS.check
 def inverts_split(merge_heads):
     """merge_heads undoes split_heads: (batch, heads, seq, d) becomes (batch, seq, heads*d)"""
-    x = torch.randn(2, 5, 12)
-    expect_merge(merge_heads, reference_split(x, 3), "split_heads(x, 3) for x of shape (2, 5, 12)")
+    heads = torch.tensor([[[[0, 1], [2, 3], [4, 5]], [[10, 11], [12, 13], [14, 15]]]])  # (1, 2 heads, 3 seq, 2)
+    want = torch.tensor([[[0, 1, 10, 11], [2, 3, 12, 13], [4, 5, 14, 15]]])
+    got = call(merge_heads, heads, what="merge_heads(x of shape (1, 2, 3, 2))")
+    expect_tensor(got, want, "merge_heads(x of shape (1, 2, 3, 2)) with head 0 = [[0, 1], [2, 3], [4, 5]] "
+                  "and head 1 = [[10, 11], [12, 13], [14, 15]]")
 
 
 @MERGE_HEADS.check

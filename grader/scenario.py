@@ -1,0 +1,127 @@
+"""Checks on live objects: a *scenario* exercises the student's classes and functions where they live.
+
+Most checks call a student's function on plain data and judge what comes back. Checks of classes,
+modules, autograd, optimizers, files and processes need live objects instead: an `nn.Module` built
+from the student's class, gradients flowing through their `autograd.Function`, an optimizer stepped.
+Such a check runs a scenario:
+
+    out = run_scenario(scenarios.modules.forward_and_grads, MySequential, layer_specs, x, seed)
+    expect_tensor(out["y"], reference, ...)
+
+A scenario is a plain function in a module of `grader/scenarios/`. It builds what it needs from
+plain specs and seeds, drives the student's objects, and returns plain data only: tensors, numbers,
+strings, None and containers of them (never a live module or graph). The check then judges that
+data in its own process, computing every expected value there.
+
+* In a notebook, `run_scenario` calls the scenario in the same process, then passes its result
+  through `to_data`, which keeps exactly what the grading bridge can carry (detached tensor copies,
+  plain values; anything else becomes an `Opaque` that equals nothing).
+* When grading, the student's objects are handles to the notebook's kernel, and `run_scenario`
+  sends the scenario's name and its plain arguments there; the kernel runs the scenario module's own
+  copy (installed from source before any student cell ran) and returns the same plain data.
+
+So one check reads the same data in both places, and the verdict is always reached outside the
+student's reach when grading. Rules for a scenario module: import only torch, numpy and the standard
+library (never `grader`, whose copy in the kernel the student could have changed); bind any torch
+function the scenario relies on at import (`_grad = torch.autograd.grad`), before student code runs;
+draw random numbers only from the seeds it is given; compute no expected value; release what it
+built (`del`, then `gc.collect()` runs after it) so a misbehaving `__del__` shows up in its own check.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["run_scenario", "to_data", "Opaque", "SCENARIO_PACKAGE"]
+
+SCENARIO_PACKAGE = "grader.scenarios"
+MAX_DEPTH = 8  # containers nested deeper than this are not data (the bridge's limit too)
+_PLAIN = (type(None), bool, int, float, str, bytes, complex)
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
+
+
+class Opaque:
+    """Stands for a value that is not plain data (a student's own class, a live module...): equal to nothing."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+_CLASSES: dict[tuple[str, str], type] = {}
+
+
+def opaque_class(module: str, qualname: str, base: type = Opaque) -> type:
+    """A local class named like the student's, so messages read `got MyTensor` or `raised ShapeError`."""
+    key = (module + "." + qualname, base.__name__)
+    if key not in _CLASSES:
+        name = qualname.rsplit(".", 1)[-1] or "object"
+        _CLASSES[key] = type(name, (base,), {"__module__": module or "student"})
+    return _CLASSES[key]
+
+
+def _opaque(x: Any) -> Opaque:
+    t = type(x)
+    try:
+        text = repr(x)[:200]
+    except BaseException:
+        text = f"<{t.__name__}>"
+    return opaque_class(t.__module__ if t.__module__ != "builtins" else "", t.__qualname__)(text)
+
+
+def to_data(x: Any, _storages: dict | None = None, _depth: int = 0) -> Any:
+    """What the grading bridge would deliver for `x`: detached copies of plain CPU tensors (views of one
+    storage stay views of one copy), sizes, dtypes, devices, plain values and containers; else Opaque."""
+    storages = {} if _storages is None else _storages
+    t = type(x)
+    if t in _PLAIN or t in (torch.Size, torch.dtype, torch.device):
+        return x
+    if t in (_Tensor, _Parameter) and x.layout == torch.strided and x.device.type == "cpu":
+        storage = x.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key not in storages:
+            storages[key] = storage.clone()
+        y = torch.empty(0, dtype=x.dtype).set_(storages[key], x.storage_offset(), x.shape, x.stride())
+        return y.requires_grad_() if x.requires_grad and y.is_floating_point() else y
+    if _depth < MAX_DEPTH and t in (tuple, list):
+        return t(to_data(v, storages, _depth + 1) for v in x)
+    if _depth < MAX_DEPTH and t is dict and all(type(k) in (str, int) for k in x):
+        return {k: to_data(v, storages, _depth + 1) for k, v in x.items()}
+    return _opaque(x)
+
+
+def _check_scenario(scenario: Callable[..., Any]) -> tuple[str, str]:
+    """The scenario's module (short name) and function name; it must be a top-level function of grader/scenarios."""
+    module, name = getattr(scenario, "__module__", ""), getattr(scenario, "__name__", "")
+    if not module.startswith(SCENARIO_PACKAGE + ".") or "." in name:
+        raise ValueError(f"{module}.{name} is not a scenario: scenarios are functions in {SCENARIO_PACKAGE}.*")
+    if getattr(importlib.import_module(module), name, None) is not scenario:
+        raise ValueError(f"{module}.{name} is not a top-level function of its module")
+    return module.removeprefix(SCENARIO_PACKAGE + "."), name
+
+
+def _remote(args: Any, depth: int = 0) -> Any:
+    """The first grading handle among the arguments (a student's object living in a kernel), else None."""
+    if getattr(type(args), "_grader_remote_", False):
+        return args
+    if depth < MAX_DEPTH and type(args) in (tuple, list):
+        for a in args:
+            found = _remote(a, depth + 1)
+            if found is not None:
+                return found
+    if depth < MAX_DEPTH and type(args) is dict:
+        return _remote(list(args.values()), depth + 1)
+    return None
+
+
+def run_scenario(scenario: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run `scenario(*args, **kwargs)` where the student's objects among the arguments live; return plain data."""
+    module, name = _check_scenario(scenario)
+    handle = _remote((args, kwargs))
+    if handle is not None:
+        return handle._grader_scenario_(module, name, args, kwargs)
+    return to_data(scenario(*args, **kwargs))

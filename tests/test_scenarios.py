@@ -1,0 +1,139 @@
+"""Scenarios: the same check code judges live objects in the notebook and, when grading, in a real kernel.
+
+The data a scenario returns must be the same in both places, the kernel's copy of a scenario must be
+the grader's own (installed before student code), and a notebook that patches the machinery a scenario
+relies on must be noticed.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import registry
+from grader.autograde.bridge import Bridge, RemoteFunction, scenario_sources
+from grader.autograde.kernel import GiB, Limits, NotebookKernel
+from grader.scenario import Opaque, run_scenario, to_data
+from grader.scenarios import common
+
+MODULE_CELL = (
+    "import torch, time\n"
+    "from torch import nn\n"
+    "class Stack(nn.Module):\n"
+    "    def __init__(self, *layers):\n"
+    "        super().__init__()\n"
+    "        for i, layer in enumerate(layers):\n"
+    "            self.add_module(str(i), layer)\n"
+    "    def forward(self, x):\n"
+    "        for layer in self.children():\n"
+    "            x = layer(x)\n"
+    "        return x\n"
+    "class Lossy(nn.Module):  # keeps its layers in a plain list: parameters() cannot see them\n"
+    "    def __init__(self, *layers):\n"
+    "        super().__init__()\n"
+    "        self.layers = list(layers)\n"
+    "    def forward(self, x):\n"
+    "        for layer in self.layers:\n"
+    "            x = layer(x)\n"
+    "        return x\n"
+    "class Slow(nn.Module):\n"
+    "    def __init__(self, *layers):\n"
+    "        super().__init__()\n"
+    "    def forward(self, x):\n"
+    "        while True: pass\n"
+    "def stub(x):\n"
+    "    raise NotImplementedError\n"
+)
+PATCH_CELL = "import torch\n_real = torch.autograd.grad\nexec('torch.autograd.grad = lambda *a, **k: _real(*a, **k)')\n"
+SPECS = [["Linear", 3, 4], ["ReLU"], ["Linear", 4, 2, {"bias": False}]]
+
+
+@pytest.fixture(scope="module")
+def kernel_bridge(tmp_path_factory):
+    kernel = NotebookKernel([MODULE_CELL, PATCH_CELL], tmp_path_factory.mktemp("kernel"),
+                            Limits(cell_timeout=20, check_timeout=5, memory=3 * GiB))
+    b = Bridge(kernel)
+    kernel.setup = lambda k: b.setup()
+    kernel.start()
+    kernel.run_cells()
+    yield b
+    kernel.close()
+    b.close()
+
+
+def remote(bridge, name, exercise="tensors.same_storage"):
+    bridge.deadline, bridge.limit = None, 5
+    return RemoteFunction(bridge, name, registry.get(exercise))
+
+
+def local_namespace() -> dict:
+    ns: dict = {}
+    exec(MODULE_CELL, ns)
+    return ns
+
+
+def test_a_scenario_gives_the_same_data_in_the_notebook_and_in_the_kernel(kernel_bridge):
+    x = torch.randn(5, 3)
+    here = run_scenario(common.forward_and_describe, local_namespace()["Stack"], SPECS, x, 7)
+    there = run_scenario(common.forward_and_describe, remote(kernel_bridge, "Stack"), SPECS, x, 7)
+    assert here.keys() == there.keys()
+    assert here["parameters"] == there["parameters"] == [("0.weight", (4, 3)), ("0.bias", (4,)), ("2.weight", (2, 4))]
+    assert torch.equal(here["output"], there["output"])
+    for name in here["grads"]:
+        assert torch.equal(here["grads"][name], there["grads"][name])
+    assert list(there["state_dict"]) == ["0.weight", "0.bias", "2.weight"]
+
+
+def test_a_module_that_hides_its_parameters_is_seen_as_such(kernel_bridge):
+    there = run_scenario(common.forward_and_describe, remote(kernel_bridge, "Lossy"), SPECS, torch.randn(2, 3), 0)
+    assert there["parameters"] == [] and there["state_dict"] == {}
+
+
+def test_objects_that_are_not_data_come_back_opaque(kernel_bridge):
+    got = run_scenario(common.call, remote(kernel_bridge, "Stack"))
+    assert isinstance(got, Opaque) and type(got).__name__ == "Stack"
+    assert isinstance(to_data(torch.nn.Linear(2, 2)), Opaque)
+
+
+def test_a_stub_raises_not_implemented_through_a_scenario(kernel_bridge):
+    with pytest.raises(NotImplementedError):
+        run_scenario(common.call, remote(kernel_bridge, "stub"), 1)
+
+
+def test_a_hanging_forward_times_out_and_the_kernel_recovers(kernel_bridge):
+    from grader.runner import CheckTimeout
+    import time
+
+    kernel_bridge.limit, kernel_bridge.deadline = 2, time.monotonic() + 2
+    slow = RemoteFunction(kernel_bridge, "Slow", registry.get("tensors.same_storage"))
+    with pytest.raises(CheckTimeout):
+        run_scenario(common.forward_and_describe, slow, SPECS, torch.randn(2, 3), 0)
+    assert isinstance(run_scenario(common.call, remote(kernel_bridge, "Stack")), Opaque)  # the kernel answers again
+
+
+def test_patching_autograd_in_the_notebook_is_noticed(kernel_bridge):
+    kernel_bridge.probe()
+    assert "torch.autograd.grad" in kernel_bridge.tampered
+
+
+def test_scenario_modules_import_nothing_but_torch_numpy_and_the_standard_library():
+    allowed_roots = {"torch", "numpy", "math", "os", "io", "gc", "sys", "random", "tempfile", "pathlib", "pickle",
+                     "time", "signal", "socket", "subprocess", "threading", "contextlib", "itertools", "functools",
+                     "collections", "typing", "copy", "hashlib", "zlib", "struct", "importlib", "types", "shutil"}
+    for name, source in scenario_sources().items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                roots = set() if node.level else {(node.module or "").split(".")[0]}
+            else:
+                continue
+            assert roots <= allowed_roots, f"scenarios/{name}.py imports {roots - allowed_roots}"
+
+
+def test_only_scenario_functions_can_be_run():
+    with pytest.raises(ValueError, match="not a scenario"):
+        run_scenario(len, [1])
+    assert Path(common.__file__).parent.name == "scenarios"
