@@ -1,4 +1,4 @@
-"""`python -m grader <command>`: grade (a class's submissions), mfu (device table), student, release, demo, execute."""
+"""`python -m grader <command>`: grade (a class's submissions), mfu (device table), student, release, demo, execute, selfcheck."""
 from __future__ import annotations
 
 import argparse
@@ -15,9 +15,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("release", help="build the student release (no solutions, no hidden checks)", add_help=False)
     sub.add_parser("demo", help="regenerate the demo cohort in demo/submissions from solutions/", add_help=False)
     sub.add_parser("execute", help="run solution notebooks and save them with their outputs", add_help=False)
+    sub.add_parser("selfcheck", help="run your notebooks and show where each exercise stands", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "mfu":
         from grader.mfu import main as run
+    elif args.command == "selfcheck":
+        from grader.selfcheck import main as run
     elif args.command == "grade":
         try:
             from grader.autograde.cli import main as run

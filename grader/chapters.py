@@ -7,6 +7,22 @@ NOTEBOOKS: tuple[str, ...] = (
 )
 
 
+# What each chapter is called where people read it (feedback pages, the README).
+TITLES: dict[str, str] = {
+    "01_tensors": "Tensors: storage, views and einops", "02_dtypes": "Floating-point formats and mixed precision",
+    "03_memory": "Where the bytes go", "04_flops": "Counting compute, MFU and the roofline",
+    "05_autograd": "Gradients by hand and by machine", "06_modules": "nn.Module from the inside",
+    "07_initialization": "Scale, variance and reproducibility", "08_checkpointing": "Saving, resuming, recomputing",
+    "09_gpu": "Devices, asynchrony, transfers", "10_ddp": "Data-parallel training",
+}
+
+
+def title(stem: str) -> str:
+    """`01_tensors` -> `Chapter 01 · Tensors: storage, views and einops` (an unknown stem is shown as is)."""
+    number = stem.split("_", 1)[0]
+    return f"Chapter {number} · {TITLES[stem]}" if stem in TITLES else stem
+
+
 def key(stem: str) -> str:
     """The exercise-id prefix of a notebook stem: `01_tensors` -> `tensors`."""
     return stem.split("_", 1)[1]

@@ -77,7 +77,7 @@ def waiting_for(names: list[str], namespace: Mapping[str, Any]) -> list[str]:
 def _message(waiting: list[str], why: str = "not written yet") -> str:
     listed = ", ".join(f"`{n}`" for n in waiting)
     them = "it is" if len(waiting) == 1 else "they are"
-    return f"⏸ Skipped: this cell uses {listed}, {why}. Run it again once {them} written."
+    return f"Skipped: this cell uses {listed}, {why}. Run it again once {them} written."
 
 
 def needs(line: str, cell: str) -> None:

@@ -99,7 +99,7 @@ def test_results_json_is_gradescope_format():
         {"status": "tampered", "chapter": "02_dtypes", "exercise": "dtypes.bytes"}]
     assert result["tests"][2]["status"] == "failed" and result["tests"][2]["score"] == 0
     assert result["tests"][1]["output"] == (
-        "failed: 1/3 checks passed; first problem: shape\n"
+        "Failed. 1 of 3 checks passed.\n"
         "✗ shape works: expected (2, 3), got (3, 2)\n"
         "✓ dtype works\n"
         "✗ secret works (hidden): a hidden check failed")
@@ -122,6 +122,7 @@ def test_results_json_text_is_utf8_with_a_trailing_newline():
 
 def test_feedback_html_is_escaped_and_self_contained():
     records = cohort()
+    records.append(record(EVIL, "02_dtypes", [("dtypes.bytes", 0, 2, "tampered", "<script>alert(2)</script>", [])]))
     page = feedback_html(EVIL, by_student(records, EVIL))
     assert "<script" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;script&gt;alert(2)&lt;/script&gt;" in page
@@ -132,10 +133,34 @@ def test_feedback_html_is_escaped_and_self_contained():
         page = feedback_html(student, by_student(records, student))
         assert "tampered, missing or invalid scores 0" in page
         for g in (g for r in by_student(records, student) for g in r.grades):
-            assert g.exercise in page
+            assert f"<code>{g.exercise.partition('.')[2]}</code>" in page
     alice = feedback_html("alice", by_student(records, "alice"))
-    assert "secret works <i>(hidden)</i>" in alice and "✓" in alice and "✗" in alice
+    assert 'secret works <span class="hidden">(hidden check)</span>' in alice and "✓" in alice and "✗" in alice
     assert "No notebooks were graded" in feedback_html("Bob", [])
+
+
+def test_feedback_html_reads_as_words_for_a_student_on_any_screen():
+    records = cohort()
+    records[1].graded_at = "2026-11-22 11:20 UTC"
+    page = feedback_html("alice", by_student(records, "alice"))
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    # Words and titles, not identifiers.
+    for raw in ("tensors.same_storage", "not_implemented", ">tampered<", ">failed<", "01_tensors —"):
+        assert raw not in page
+    assert "Chapter 01 · Tensors: storage, views and einops" in page and "Exercise 1 · <code>same_storage</code>" in page
+    assert "Tampering detected" in page and ">Failed<" in page and "1 of 3 checks passed." in page
+    # Which file was graded, and when.
+    assert "Graded file: <code>01_tensors.ipynb</code> · graded 2026-11-22 11:20 UTC" in page
+    # The first failure is said once, in the check list, not again in a message column.
+    assert page.count("expected (2, 3), got (3, 2)") == 1
+    zoe = by_student(records, "Zoë Ñúñez")
+    zoe[0].source = ""
+    missing = feedback_html("Zoë Ñúñez", zoe)
+    assert "No notebook for this chapter was found" in missing and "no notebook for 01_tensors" in missing
+    stub = record("x", "01_tensors", [("tensors.views", 0, 3, "not_implemented", "not implemented yet",
+                                       [check("shape", "not_implemented", "not implemented yet")])])
+    page = feedback_html("x", [stub])
+    assert "Not implemented yet" in page and "Not written yet" in page and "<ul" not in page
 
 
 def test_student_dir_stays_one_folder_under_out(tmp_path):

@@ -12,15 +12,15 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from grader.selfcheck import client_for
 
 
 def execute(path: Path, kernel: str = "resource-accounting", timeout: int = 600) -> float:
     """Execute `path` in place (cwd: its folder); seconds taken. Raises CellExecutionError on a failing cell."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, kernel_name=kernel, timeout=timeout, allow_errors=False, record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = client_for(nb, path.parent, timeout, allow_errors=False, kernel_name=kernel)
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start

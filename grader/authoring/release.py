@@ -1,6 +1,7 @@
 """Build the folder a class is handed: student notebooks, the grader without hidden checks or authoring.
 
-`python -m grader release [--out DIR] [--force]` (default DIR: dist/student under the repo root).
+`python -m grader release [--out DIR] [--force]` (default DIR: dist/student under the repo root), and a zip of
+it beside the folder (dist/student.zip). The README and Makefile are the students' own, from release/.
 Every notebook and grader file written is scanned for solution markers; a hit deletes the folder and fails.
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 from grader.authoring.markers import MarkerError, find_forbidden
@@ -15,6 +17,7 @@ from grader.authoring.student import generate
 
 REQUIRED_FILES = ("pyproject.toml", "requirements.txt", "environment.yml", "README.md")
 OPTIONAL_FILES = ("Makefile",)
+STUDENT_FILES = "release"  # the repo folder whose README.md and Makefile replace the repo's own in the release
 OPTIONAL_DIRS = ("data",)
 # grader/ subpackages that stay with the course staff.
 PRIVATE_PACKAGES = ("hidden", "authoring", "autograde")
@@ -73,8 +76,10 @@ def _copy_sources(repo: Path, out: Path) -> None:
     if missing:
         raise ReleaseError(f"the repo lacks {', '.join(missing)}, which the release needs")
     for name in REQUIRED_FILES + OPTIONAL_FILES:
-        if (repo / name).is_file():
-            shutil.copy2(repo / name, out / name)
+        own = repo / STUDENT_FILES / name
+        source = own if own.is_file() else repo / name
+        if source.is_file():
+            shutil.copy2(source, out / name)
     for name in OPTIONAL_DIRS:
         if (repo / name).is_dir():
             shutil.copytree(repo / name, out / name, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
@@ -116,6 +121,21 @@ def build_release(repo: Path, out: Path, force: bool = False) -> list[Path]:
     return written
 
 
+def zip_release(out: Path) -> Path:
+    """`out` as a zip beside it (`student.zip` for `dist/student`), the folder's name as its top level.
+
+    Fixed timestamps and sorted entries: the same release gives the same bytes."""
+    target = out.with_suffix(".zip")
+    tmp = target.with_name(target.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != SENTINEL):
+            info = zipfile.ZipInfo(f"{out.name}/{path.relative_to(out).as_posix()}", date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            z.writestr(info, path.read_bytes(), compress_type=zipfile.ZIP_DEFLATED)
+    tmp.replace(target)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: build the release folder, print what went in."""
     parser = argparse.ArgumentParser(prog="python -m grader release", description=__doc__.splitlines()[0])
@@ -127,11 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         repo = repo_root()
         out = args.out if args.out is not None else repo / "dist" / "student"
         written = build_release(repo, out, args.force)
+        archive = zip_release(out)
     except (ReleaseError, ValueError, FileNotFoundError) as e:  # MarkerError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
     notebooks = [p for p in written if p.parts[0] == "notebooks"]
-    print(f"built {out}: {len(written)} files, {len(notebooks)} notebooks")
+    print(f"built {out} and {archive.name}: {len(written)} files, {len(notebooks)} notebooks")
     for p in notebooks:
         print(f"  {p.as_posix()}")
     return 0

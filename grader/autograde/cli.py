@@ -12,7 +12,7 @@ from rich.console import Console
 # uses; every run pays it before any notebook starts. Declaring the optional package absent skips it.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
-from grader.autograde.cohort import default_workers, grade_cohort  # noqa: E402
+from grader.autograde.cohort import Summary, default_workers, grade_cohort  # noqa: E402
 from grader.autograde.kernel import GiB, Limits  # noqa: E402
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "submissions"
@@ -66,10 +66,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for w in summary.warnings:
         console.print(f"[yellow]note:[/] {w}", soft_wrap=True)
-    console.print(f"graded {summary.students} students: {summary.notebooks} notebooks run, {summary.reused} kept "
-                  f"from an earlier run, in {summary.seconds:g} s; wrote {args.out}/grades.csv, gradebook.csv "
-                  f"and per-student results.json and feedback.html", soft_wrap=True)
+    console.print(closing_line(summary, args.out), soft_wrap=True)
     return 0
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
+def closing_line(summary: Summary, out: Path) -> str:
+    """What the run did, exactly: students, notebooks run or reused, and the files it actually (re)wrote."""
+    head = (f"graded {_count(summary.students, 'student')} ({_count(summary.notebooks, 'notebook')} run, "
+            f"{summary.reused} kept from an earlier run) in {summary.seconds:.1f} s")
+    if not summary.written:
+        return f"{head}; every output in {out} was already up to date"
+    top = sorted(p.name for p in summary.written if p.parent == out)
+    per_student = len(summary.written) - len(top)
+    parts = top + ([_count(per_student, "per-student file")] if per_student else [])
+    listed = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+    return f"{head}; wrote {listed} in {out}"
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ class Summary:
     reused: int = 0         # records kept from an earlier run
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    written: set[Path] = field(default_factory=set)  # output files this run created or changed
 
 
 def grader_fingerprint(limits: Limits) -> str:
@@ -172,8 +173,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
 
         def student_done(student: str) -> None:
             mine = [r for (s, _), r in records.items() if s == student]
-            report.write_student(out, student, mine)
-            report.write_cohort(out, records.values(), students, chosen)
+            summary.written.update(report.write_student(out, student, mine))
+            summary.written.update(report.write_cohort(out, records.values(), students, chosen))
 
         for s in students:  # students with nothing to run are complete already
             if left[s] == 0:
@@ -193,7 +194,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                 if left[record.student] == 0:
                     student_done(record.student)
                     progress.advance(bar)
-        report.write_cohort(out, records.values(), students, chosen)  # also when there are no students
+        summary.written.update(report.write_cohort(out, records.values(), students, chosen))  # also with no students
     summary.seconds = round(time.monotonic() - start, 1)
     return summary
 

@@ -45,6 +45,15 @@ class Limits:
     max_restarts: int = 4            # kernel restarts (each replays the notebook) before giving up
 
 
+def _kill(processes: list[psutil.Process]) -> None:
+    for p in processes:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(processes, timeout=5)
+
+
 @dataclass
 class Outcome:
     """How one execution ended: ok, error (with the exception's name and text), timeout or dead."""
@@ -139,21 +148,28 @@ class NotebookKernel:
         client, self._client = self._client, None
         if client is None or client.km is None:
             return
-        pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
-        try:
-            kids = psutil.Process(pid).children(recursive=True) if pid else []
-        except psutil.Error:
-            kids = []
+        kids = self._children(client)
         try:
             client._cleanup_kernel()
         except Exception:
             pass
-        for p in kids:  # processes the notebook started (e.g. torch.multiprocessing workers)
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+        _kill(kids)
         shutil.rmtree(getattr(self, "_ipc", ""), ignore_errors=True)
+
+    @staticmethod
+    def _children(client: NotebookClient | None) -> list[psutil.Process]:
+        """Every process the kernel started (e.g. torch.multiprocessing or torch.distributed workers)."""
+        pid = getattr(getattr(getattr(client, "km", None), "provisioner", None), "pid", None)
+        try:
+            return psutil.Process(pid).children(recursive=True) if pid else []
+        except psutil.Error:
+            return []
+
+    def kill_children(self) -> int:
+        """End every process the notebook's code started; the kernel itself lives on. How many there were."""
+        kids = self._children(self._client)
+        _kill(kids)
+        return len(kids)
 
     def __enter__(self) -> "NotebookKernel":
         self.start()
@@ -268,7 +284,9 @@ class NotebookKernel:
         return self.call("pass", 5).status == "ok"
 
     def recover(self, cause: Outcome) -> None:
-        """After a timeout or a death: interrupt, else restart and replay the cells run so far."""
+        """After a timeout or a death: end the processes the code started (a hung worker would outlive the
+        interrupt), interrupt, else restart and replay the cells run so far."""
+        self.kill_children()
         if cause.status == "timeout" and self.interrupt():
             return
         self.restart()
@@ -291,6 +309,8 @@ class NotebookKernel:
                 # A cell that timed out is replayed for a moment, for the definitions above its loop.
                 limit = REPLAY_SLOW_CELL if i in self.slow else self.limits.cell_timeout
                 out = self.execute(self.sources[i], limit)
+                if out.status == "timeout":
+                    self.kill_children()
                 if out.status == "timeout" and i in self.slow and self.interrupt():
                     continue
                 if out.status in ("dead", "timeout"):
@@ -311,6 +331,8 @@ class NotebookKernel:
             out = self.execute(source, self.limits.cell_timeout)
             self.outcomes[i] = out
             self._ran_upto = i + 1
+            if out.status == "timeout":
+                self.kill_children()
             if out.status == "timeout" and self.interrupt():
                 self.slow.add(i)
             elif out.status in ("dead", "timeout"):

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -189,4 +190,5 @@ def grade(student: str, chapter: str, path: Path | None, folder: Path | None, sc
         grades = whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}")
     else:
         grades = grade_notebook(student, chapter, path, folder, scratch, limits)
-    return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades, when)

@@ -52,6 +52,7 @@ class NotebookRecord:
     fingerprint: str      # hash of the notebook bytes and the grader: a re-run reuses a record that matches
     seconds: float        # wall time spent grading this notebook
     grades: list[ExerciseGrade] = field(default_factory=list)
+    graded_at: str = ""   # when it was graded, "2026-11-22 11:20 UTC" (kept with the record when a re-run reuses it)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -21,15 +21,29 @@ from grader.chapters import NOTEBOOKS
 GRADES_HEADER = ("student", "chapter", "exercise", "score", "max_score", "status", "message")
 SCORING_NOTE = ("Each exercise scores its points times the weighted fraction of its checks that passed; "
                 "an exercise marked tampered, missing or invalid scores 0.")
-# Colours as in the notebook (grader/feedback.py); the class is picked here, never taken from a record.
-_CSS = """body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#1f2328}
-table{border-collapse:collapse;width:100%;margin:0 0 1.5em}
-th,td{border-bottom:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
-td.score{white-space:nowrap}
-ul.checks{list-style:none;margin:0;padding:0 0 0 1.5em;font-size:90%}
-.note{color:#57606a}
+# Words for each status, as a student reads them (grades.csv keeps the identifiers, for scripts).
+STATUS_WORDS = {
+    "passed": "Passed", "failed": "Failed", "error": "Your code raised an error", "timeout": "Timed out",
+    "memory": "Out of memory", "crashed": "The kernel crashed", "not_implemented": "Not implemented yet",
+    "missing": "Missing", "invalid": "Notebook unreadable", "tampered": "Tampering detected",
+}
+# Statuses whose message is a summary of the checks (the page shows the checks instead of repeating it).
+_FROM_CHECKS = ("passed", "failed", "error", "timeout", "memory", "crashed", "not_implemented")
+_TONE = {"passed": "ok", "timeout": "warn", "memory": "warn", "not_implemented": "muted", "missing": "muted"}
+# Colours as in the notebook (grader/feedback.py); a class is picked here, never taken from a record.
+_CSS = """*{box-sizing:border-box}
+body{font:16px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:46rem;margin:0 auto;padding:1rem;color:#1f2328}
+h1{font-size:1.5rem;margin:.5rem 0}h2{font-size:1.2rem;margin:2rem 0 .25rem;border-bottom:1px solid #d0d7de}
+h3{font-size:1rem;margin:0;display:flex;flex-wrap:wrap;gap:.25rem .6rem;align-items:baseline}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.92em;overflow-wrap:anywhere}
+.total{font-size:1.25rem;margin:.25rem 0}.meta,.note{color:#57606a;font-size:.9rem;margin:.25rem 0}
+.exercise{border:1px solid #d0d7de;border-radius:6px;padding:.6rem .8rem;margin:.75rem 0}
+.points{margin-left:auto;white-space:nowrap;font-weight:600}
+.badge{font-size:.8rem;font-weight:600;border-radius:1rem;padding:0 .55rem;border:1px solid currentColor;white-space:nowrap}
+.summary{margin:.35rem 0}
+ul.checks{list-style:none;margin:.35rem 0 0;padding:0}ul.checks li{padding:.15rem 0 .15rem 1.4rem;text-indent:-1.4rem;overflow-wrap:anywhere}
+.hidden{color:#57606a;font-style:italic}
 .ok{color:#1a7f37}.bad{color:#cf222e}.warn{color:#bc4c00}.muted{color:#6e7781}"""
-_TONE = {"passed": "ok", "timeout": "warn", "not_implemented": "muted"}
 
 
 def write_atomic(path: Path, text: str) -> bool:
@@ -135,6 +149,16 @@ def _test_name(g: ExerciseGrade) -> str:
     return f"{g.chapter} · {g.exercise.partition('.')[2] or g.exercise}"
 
 
+def summary(g: ExerciseGrade) -> str:
+    """One sentence for the exercise: how many checks passed, or, when no check could say, the grader's message."""
+    if g.checks and g.status in _FROM_CHECKS:
+        passed = sum(c.status == "passed" for c in g.checks)
+        if g.status == "not_implemented":
+            return "Not written yet: the function still raises NotImplementedError."
+        return f"All {passed} checks passed." if passed == len(g.checks) else f"{passed} of {len(g.checks)} checks passed."
+    return g.message
+
+
 def results_json(student: str, records: Sequence[NotebookRecord]) -> str:
     """The student's results in Gradescope's autograder format (results.json)."""
     records = _sorted(records)  # a fixed order also fixes the float sums
@@ -147,7 +171,7 @@ def results_json(student: str, records: Sequence[NotebookRecord]) -> str:
         "score": _round(g.score),
         "max_score": _round(g.max_score),
         "status": "passed" if g.status == "passed" else "failed",
-        "output": "\n".join([f"{g.status}: {g.message}", *map(_check_line, g.checks)]),
+        "output": "\n".join([f"{STATUS_WORDS.get(g.status, g.status)}. {summary(g)}", *map(_check_line, g.checks)]),
         "visibility": "visible",
         "extra_data": {"status": g.status, "chapter": g.chapter, "exercise": g.exercise},
     } for g in grades]
@@ -160,53 +184,79 @@ def results_json(student: str, records: Sequence[NotebookRecord]) -> str:
     return json.dumps(result, ensure_ascii=False, indent=2, sort_keys=False) + "\n"
 
 
-def _exercise_rows(g: ExerciseGrade) -> list[str]:
+def _exercise_number(g: ExerciseGrade) -> str:
+    """'Exercise 3' by the exercise's place in its chapter, when the grader knows it."""
+    from grader import registry
+
+    ids = [e.id for e in registry.all_exercises(g.exercise.partition(".")[0])]
+    return f"Exercise {ids.index(g.exercise) + 1}" if g.exercise in ids else "Exercise"
+
+
+def _exercise_html(g: ExerciseGrade) -> str:
     e = html.escape
-    rows = [f'<tr><td>{e(g.exercise)}</td><td class="{_TONE.get(g.status, "bad")}">{e(g.status)}</td>'
-            f'<td class="score">{_num(g.score)} / {_num(g.max_score)}</td><td>{e(g.message)}</td></tr>']
-    if g.checks:
+    tone = _TONE.get(g.status, "bad")
+    name = g.exercise.partition(".")[2] or g.exercise
+    parts = [f'<article class="exercise"><h3><span>{e(_exercise_number(g))} · <code>{e(name)}</code></span>'
+             f'<span class="badge {tone}">{e(STATUS_WORDS.get(g.status, g.status))}</span>'
+             f'<span class="points">{_num(g.score)} / {_num(g.max_score)}</span></h3>',
+             f'<p class="summary">{e(summary(g))}</p>']
+    if g.checks and g.status not in ("not_implemented",):
         items = []
         for c in g.checks:
-            tone = _TONE.get(c.status, "bad")
+            ctone = _TONE.get(c.status, "bad")
             mark = "✓" if c.status == "passed" else "✗"
-            hidden = " <i>(hidden)</i>" if c.hidden else ""
-            msg = f': <span class="{tone}">{e(c.message)}</span>' if c.status != "passed" and c.message else ""
-            items.append(f'<li><span class="{tone}">{mark}</span> {e(c.description)}{hidden}{msg}</li>')
-        rows.append(f'<tr><td colspan="4"><ul class="checks">{"".join(items)}</ul></td></tr>')
-    return rows
+            hidden = ' <span class="hidden">(hidden check)</span>' if c.hidden else ""
+            msg = f': <span class="{ctone}">{e(c.message)}</span>' if c.status != "passed" and c.message else ""
+            items.append(f'<li><span class="{ctone}">{mark}</span> {e(c.description)}{hidden}{msg}</li>')
+        parts.append(f'<ul class="checks">{"".join(items)}</ul>')
+    parts.append("</article>")
+    return "".join(parts)
 
 
 def feedback_html(student: str, records: Sequence[NotebookRecord]) -> str:
-    """A self-contained page for the student (inline CSS, no scripts or links); every record text is escaped."""
+    """A self-contained page for the student (inline CSS, no scripts or links); every record text is escaped.
+
+    Written to be read once on any screen: words instead of identifiers, each exercise's checks once,
+    which file was graded and when.
+    """
+    from grader.chapters import title
+
     e = html.escape
     records = _sorted(records)
     total = sum(g.score for r in records for g in r.grades)
     max_total = sum(g.max_score for r in records for g in r.grades)
-    body = [f"<h1>{e(student)}</h1>",
-            f"<p>Total: <b>{_num(total)} / {_num(max_total)}</b> points</p>",
-            f'<p class="note">{e(SCORING_NOTE)}</p>']
+    body = [f"<header><h1>Feedback for {e(student)}</h1>",
+            f'<p class="total">Total: <b>{_num(total)} of {_num(max_total)}</b> points</p>',
+            f'<p class="note">{e(SCORING_NOTE)} Hidden checks are extra tests run only when grading: '
+            f"they say whether they passed, never their inputs.</p></header>"]
     if not records:
         body.append("<p>No notebooks were graded.</p>")
     for r in records:
         score, max_score = sum(g.score for g in r.grades), sum(g.max_score for g in r.grades)
-        body += [f"<h2>{e(r.chapter)} — {_num(score)} / {_num(max_score)}</h2>", "<table>",
-                 "<tr><th>Exercise</th><th>Status</th><th>Score</th><th>Message</th></tr>",
-                 *(row for g in r.grades for row in _exercise_rows(g)), "</table>"]
-    head = (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>Feedback: {e(student)}</title>\n<style>\n{_CSS}\n</style>\n</head>\n<body>\n")
+        if r.source:
+            when = f" · graded {e(r.graded_at)}" if r.graded_at else ""
+            meta = f'<p class="meta">Graded file: <code>{e(r.source)}</code>{when}</p>'
+        else:
+            meta = '<p class="meta">No notebook for this chapter was found in the submission.</p>'
+        body += [f'<section><h2>{e(title(r.chapter))} — {_num(score)} / {_num(max_score)}</h2>', meta,
+                 *(_exercise_html(g) for g in r.grades), "</section>"]
+    head = ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>Feedback for {e(student)}</title>\n<style>\n{_CSS}\n</style>\n</head>\n<body>\n")
     return head + "\n".join(body) + "\n</body>\n</html>\n"
 
 
-def write_student(out: Path, student: str, records: Sequence[NotebookRecord]) -> None:
-    """Write OUT/<student>/results.json and feedback.html."""
+def write_student(out: Path, student: str, records: Sequence[NotebookRecord]) -> list[Path]:
+    """Write OUT/<student>/results.json and feedback.html; the files that changed."""
     folder = student_dir(out, student)
-    write_atomic(folder / "results.json", results_json(student, records))
-    write_atomic(folder / "feedback.html", feedback_html(student, records))
+    files = {folder / "results.json": results_json(student, records),
+             folder / "feedback.html": feedback_html(student, records)}
+    return [path for path, text in files.items() if write_atomic(path, text)]
 
 
 def write_cohort(out: Path, records: Iterable[NotebookRecord], students: Sequence[str],
-                 chapters: Sequence[str]) -> None:
-    """Write OUT/grades.csv and OUT/gradebook.csv."""
+                 chapters: Sequence[str]) -> list[Path]:
+    """Write OUT/grades.csv and OUT/gradebook.csv; the files that changed."""
     records = list(records)
-    write_atomic(out / "grades.csv", grades_csv(records))
-    write_atomic(out / "gradebook.csv", gradebook_csv(records, students, chapters))
+    files = {out / "grades.csv": grades_csv(records), out / "gradebook.csv": gradebook_csv(records, students, chapters)}
+    return [path for path, text in files.items() if write_atomic(path, text)]

@@ -1,0 +1,152 @@
+"""`python -m grader selfcheck [NOTEBOOK ...]`: run your notebooks top to bottom and see where each exercise stands.
+
+What a student runs before handing in (`make test` in the student release): every notebook is executed
+in a fresh kernel, as "Restart Kernel and Run All" would, then the public checks of each exercise run
+on what it defined. It prints a table per chapter (passed, failed, not implemented yet...) and says
+which cells raised. Hidden checks are not part of the student release; the instructor's grading adds them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.chapters import NOTEBOOKS
+
+MARK = "@@SELFCHECK@@"
+_WORDS = {"passed": "[green]passed[/]", "failed": "[red]failed[/]", "error": "[red]your code raised[/]",
+          "timeout": "[yellow]timed out[/]", "not_implemented": "[dim]not implemented yet[/]",
+          "missing": "[yellow]not defined[/]"}
+
+
+@dataclass
+class NotebookCheck:
+    """One notebook's run: the cells that raised, and each exercise's public-check result."""
+    path: Path
+    chapter: str
+    seconds: float = 0.0
+    cell_errors: list[str] = field(default_factory=list)   # "cell 12: ValueError: ..."
+    exercises: list[dict] = field(default_factory=list)    # ExerciseResult.to_dict() of each exercise
+    problem: str = ""                                       # why the notebook could not be run at all
+
+
+def chapter_of(path: Path) -> str | None:
+    """The chapter key of a notebook file named like `03_memory.ipynb` (or a renamed copy of one)."""
+    for stem in NOTEBOOKS:
+        if stem in path.stem:
+            return stem.split("_", 1)[1]
+    return None
+
+
+def client_for(nb, folder: Path, timeout: int, allow_errors: bool, kernel_name: str = "python3"):
+    """A NotebookClient whose kernel runs in `folder` and talks over private Unix sockets (no TCP port, and
+    none of the kernel's warnings about unencrypted TCP)."""
+    import os
+    import shutil
+    import tempfile
+    import weakref
+
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    sockets = tempfile.mkdtemp(prefix="grader-ipc-")
+    km = KernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "kernel"))
+    client = NotebookClient(nb, km=km, kernel_name=kernel_name, timeout=timeout, allow_errors=allow_errors,
+                            record_timing=False, resources={"metadata": {"path": str(folder)}})
+    client.owns_km = True  # so nbclient shuts the kernel down when it is done, as with a manager of its own
+    weakref.finalize(client, shutil.rmtree, sockets, True)
+    return client
+
+
+def run_notebook(path: Path, timeout: int = 600, save: Path | None = None) -> NotebookCheck:
+    """Execute `path` in a fresh kernel (cwd: its folder), then run the public checks of its chapter there."""
+    import nbformat
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    chapter = chapter_of(path) or ""
+    result = NotebookCheck(path, chapter)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:
+        result.problem = f"cannot be read as a notebook ({type(e).__name__})"
+        return result
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import json as _json, grader as _grader\n"
+        f"print({MARK!r} + _json.dumps([r.to_dict() for r in "
+        f"_grader.run_namespace(globals(), chapter={chapter!r}, hidden=False)]))"))
+    client = client_for(nb, path.parent, timeout, allow_errors=True)
+    start = time.perf_counter()
+    try:
+        client.execute()
+    except (CellTimeoutError, DeadKernelError) as e:
+        result.problem = f"stopped: {type(e).__name__}"
+    result.seconds = time.perf_counter() - start
+    for i, cell in enumerate(nb.cells[:-1], 1):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                result.cell_errors.append(f"cell {i}: {out.get('ename')}: {str(out.get('evalue'))[:200]}")
+    text = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.get("output_type") == "stream")
+    if MARK in text:
+        result.exercises = json.loads(text.split(MARK, 1)[1])
+    elif not result.problem:
+        result.problem = "the checks did not run"
+    if save is not None:
+        save.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, save / path.name)
+    return result
+
+
+def _report(results: list[NotebookCheck]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for r in results:
+        table = Table(title=f"{r.path.name} ({r.seconds:.0f} s)", title_justify="left", expand=False)
+        table.add_column("exercise")
+        table.add_column("public checks")
+        table.add_column("status")
+        for ex in r.exercises:
+            checks = ex.get("checks", [])
+            passed = sum(c["status"] == "passed" for c in checks)
+            table.add_row(ex["exercise"].split(".", 1)[1], f"{passed}/{len(checks)}",
+                          _WORDS.get(ex["status"], ex["status"]))
+        console.print(table)
+        for line in r.cell_errors:
+            console.print(f"  [red]{line}[/]", soft_wrap=True)
+        if r.problem:
+            console.print(f"  [red]{r.problem}[/]")
+    done = sum(ex["status"] == "passed" for r in results for ex in r.exercises)
+    total = sum(len(r.exercises) for r in results)
+    console.print(f"{done} of {total} exercises pass their public checks. Grading adds hidden checks: "
+                  "make your code right in general, not only for the examples.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader selfcheck", description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks or folders (default: notebooks/)")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--save", type=Path, help="also save the executed notebooks in this folder")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (600)")
+    args = parser.parse_args(argv)
+    paths: list[Path] = []
+    for p in args.notebooks or [Path("notebooks")]:
+        paths += sorted(p.glob("[0-9][0-9]_*.ipynb")) if p.is_dir() else [p]
+    paths = [p for p in paths if chapter_of(p)]
+    if not paths:
+        print("no chapter notebooks found (names like 01_tensors.ipynb)", file=sys.stderr)
+        return 2
+    results = [run_notebook(p, args.timeout, args.save) for p in paths]
+    _report(results)
+    if args.json:
+        args.json.write_text(json.dumps([{"notebook": str(r.path), "chapter": r.chapter, "seconds": round(r.seconds, 1),
+                                          "cell_errors": r.cell_errors, "problem": r.problem,
+                                          "exercises": r.exercises} for r in results], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""JupyterLab in a real browser: Chromium driven by Playwright, against the installed student release.
+
+A student opens 01_tensors.ipynb with the course kernel and runs all cells: the grader's result table
+shows "not implemented yet" and no cell raises; the same on a solved copy shows every check passed;
+then the feedback.html that `make grade` wrote for them. Screenshots go to artifacts/browser/.
+Skipped, with the reason, only where Chromium is missing and cannot be installed.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from tests.test_release import answered_in_release
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts" / "browser"
+TOKEN = "browser-test-token"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
+
+
+def chromium() -> str | None:
+    """Debian's Chromium, installed now if it is missing and this process may (root with apt-get)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return found
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True, timeout=900)
+    return shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (make test installs it)")
+    path = chromium()
+    if path is None:
+        pytest.skip("Chromium is not installed and could not be installed here (needs root and apt-get)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(student_release, tmp_path_factory):
+    """JupyterLab from the release's venv, on a free port with a token, serving an untouched and a solved copy."""
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copy(student_release.folder / "notebooks" / "01_tensors.ipynb", root / "01_tensors.ipynb")
+    (root / "solved").mkdir()
+    nbformat.write(answered_in_release(root / "01_tensors.ipynb", ROOT / "solutions" / "01_tensors.ipynb"),
+                   root / "solved" / "01_tensors.ipynb")
+    port = free_port()
+    args = [str(student_release.python.parent / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=None"]
+    if os.geteuid() == 0:
+        args.append("--allow-root")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    server = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start")
+                time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}", root
+    finally:
+        family = [server.pid] + [c.pid for c in psutil.Process(server.pid).children(recursive=True)]
+        server.send_signal(signal.SIGTERM)  # the server shuts its kernels down on the way out
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        for pid in family:  # whatever is left (a kernel that did not answer)
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+
+
+def open_and_run_all(page, url: str, path: str) -> None:
+    """Open a notebook as a student would, then Run > Run All Cells, and wait until every code cell ran."""
+    page.goto(f"{url}/lab/tree/{path}?token={TOKEN}&reset")  # reset: only this notebook open
+    page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
+    page.wait_for_function(  # the course kernel, started and idle
+        """() => { const t = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-NotebookPanel-toolbar');
+                   const i = t && t.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
+                   return t && i && t.innerText.includes('Python (resource accounting)'); }""", timeout=90_000)
+    page.click("li.lm-MenuBar-item >> text=Run")
+    page.click(".lm-Menu-item >> text=Run All Cells")
+    page.wait_for_function(
+        """() => { const p = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
+                   return p.length > 0 && p.every(e => /\\[\\d+\\]/.test(e.textContent)); }""", timeout=240_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    page.keyboard.press("Control+s")
+    page.wait_for_function("() => !document.querySelector('.jp-mod-current .jp-mod-dirty')", timeout=30_000)
+
+
+def saved_errors(path: Path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells if c.cell_type == "code"
+            for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def check_outputs(page) -> list[str]:
+    """The text of every grader.check result the page shows."""
+    return page.eval_on_selector_all(
+        ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell",
+        """cells => cells.filter(c => c.querySelector('.jp-InputArea-editor').textContent.trim().startsWith('grader.check('))
+                        .map(c => (c.querySelector('.jp-OutputArea') || {textContent: ''}).textContent)""")
+
+
+def shoot(page, locator, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    no = page.locator(".jp-Notification-Toast >> button:has-text('No')")  # JupyterLab's "news?" toast
+    if no.count():
+        no.first.click()
+    locator.scroll_into_view_if_needed()
+    page.mouse.wheel(0, -120)
+    page.screenshot(path=str(ARTIFACTS / name))
+
+
+def test_a_student_runs_the_untouched_notebook_then_a_solved_one(browser, lab):
+    url, root = lab
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        open_and_run_all(page, url, "01_tensors.ipynb")
+        outputs = check_outputs(page)
+        assert len(outputs) == 6 and all("not implemented yet" in o for o in outputs), outputs
+        assert not page.query_selector_all("[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback")
+        assert saved_errors(root / "01_tensors.ipynb") == []
+        skipped = page.locator(".jp-OutputArea-output >> text=Skipped: this cell uses")
+        assert skipped.count() >= 1
+        shoot(page, page.locator(".jp-CodeCell", has_text='grader.check("tensors.element_offset"').first,
+              "01_untouched_check.png")
+
+        open_and_run_all(page, url, "solved/01_tensors.ipynb")
+        outputs = check_outputs(page)
+        assert len(outputs) == 6 and all(re.search(r" passed — (\d+)/\1 public checks", o) for o in outputs), outputs
+        assert not any("✗" in o or "not implemented" in o for o in outputs)
+        assert saved_errors(root / "solved" / "01_tensors.ipynb") == []
+        shoot(page, page.locator(".jp-CodeCell", has_text='grader.check("tensors.element_offset"').first,
+              "01_solved_check.png")
+    finally:
+        page.close()
+
+
+def test_the_feedback_page_from_make_grade(browser, lab, tmp_path):
+    _, root = lab
+    subs = tmp_path / "submissions"
+    for student, source in (("Ada Lovelace", root / "solved" / "01_tensors.ipynb"),
+                            ("Ben Bitdiddle", root / "01_tensors.ipynb")):
+        (subs / student).mkdir(parents=True)
+        shutil.copy(source, subs / student / "01_tensors.ipynb")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "grader", "grade", str(subs), "--out", str(out), "--workers", "2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = list(csv.DictReader(open(out / "grades.csv", encoding="utf-8")))
+    assert {r["status"] for r in rows if r["student"] == "Ada Lovelace"} == {"passed"}
+    for student, width, height, name in (("Ada Lovelace", 1000, 1100, "feedback_solved.png"),
+                                         ("Ben Bitdiddle", 390, 844, "feedback_phone.png")):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        try:
+            page.goto((out / student / "feedback.html").as_uri())
+            text = page.inner_text("body")
+            assert f"Feedback for {student}" in text and "Chapter 01 · Tensors" in text
+            assert "Graded file: 01_tensors.ipynb" in text and "UTC" in text
+            assert "not_implemented" not in text and "tensors.same_storage" not in text
+            overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{student}'s page is wider than a {width}px screen"
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / name), full_page=False)
+        finally:
+            page.close()
+    results = json.loads((out / "Ben Bitdiddle" / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == 0 and all(t["status"] == "failed" for t in results["tests"])

@@ -1,0 +1,148 @@
+"""The student release as a student gets it: dist/student.zip alone, unzipped and installed in a fresh venv.
+
+There, every untouched notebook runs top to bottom (as "Run All" does) with each check reporting
+"not implemented yet", a solved notebook passes its checks, nothing in it holds a solution or a
+hidden check, and the instructor's grader grades notebooks completed in it.
+"""
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import chapters, registry
+from grader.authoring.markers import find_forbidden
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+
+
+def solution_lines() -> set[str]:
+    """Every substantial line written between the solution markers, in every chapter."""
+    lines: set[str] = set()
+    for path in SOLUTIONS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            inside = False
+            for line in cell.source.splitlines():
+                if line.strip() == BEGIN:
+                    inside = True
+                elif line.strip() == END:
+                    inside = False
+                elif inside and len(line.strip()) >= 24 and not line.strip().startswith("#"):
+                    lines.add(line.strip())
+    return lines
+
+
+def hidden_check_names() -> set[str]:
+    """The function names of the hidden checks."""
+    names = set()
+    for path in (ROOT / "grader" / "hidden").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and any(
+                    isinstance(d, ast.Attribute) and d.attr == "hidden" for d in node.decorator_list):
+                names.add(node.name)
+    return names
+
+
+def test_the_zip_holds_no_solution_no_hidden_check_and_nothing_to_rebuild_them(student_release):
+    with zipfile.ZipFile(student_release.zip) as z:
+        names = z.namelist()
+        texts = {n: z.read(n).decode("utf-8", "replace") for n in names}
+    top = {n.split("/")[1] for n in names}
+    assert {"notebooks", "grader", "data", "README.md", "Makefile", "requirements.txt", "environment.yml",
+            "pyproject.toml"} <= top
+    assert not top & {"solutions", "tests", "demo", "docs", "benchmarks", "release", ".ci", ".git"}
+    for private in ("grader/hidden/", "grader/authoring/", "grader/autograde/"):
+        assert not any(private in n for n in names), private
+    assert not any(find_forbidden(t) for n, t in texts.items() if n.endswith((".py", ".ipynb")))
+    code = {n: t for n, t in texts.items() if n.endswith((".py", ".ipynb"))}
+    leaked = [(line, n) for line in solution_lines() for n, t in code.items() if line in t]
+    assert not leaked, leaked[:5]
+    hidden = hidden_check_names()
+    assert hidden
+    leaked = [(name, n) for name in hidden for n, t in code.items() if re.search(rf"\bdef {re.escape(name)}\(", t)]
+    assert not leaked, leaked[:5]
+    assert "make lab" in texts["student/README.md"] and "hand in" in texts["student/README.md"].lower()
+
+
+def test_untouched_notebooks_run_to_the_end_with_every_check_not_implemented(student_release, tmp_path):
+    done = student_release.run("-m", "grader", "selfcheck", "notebooks", "--json", str(tmp_path / "r.json"),
+                               "--save", str(tmp_path / "ran"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert [Path(r["notebook"]).name for r in results] == [p.name for p in SOLUTIONS]
+    for r in results:
+        assert r["problem"] == "" and r["cell_errors"] == [], (r["notebook"], r["problem"], r["cell_errors"])
+        expected = [e.id for e in registry.all_exercises(r["chapter"])]
+        assert [e["exercise"] for e in r["exercises"]] == expected
+        for e in r["exercises"]:
+            assert e["status"] == "not_implemented", (e["exercise"], e["message"])
+            assert e["checks"] and all(c["message"] == "not implemented yet" for c in e["checks"])
+            assert not any(c["hidden"] for c in e["checks"])
+    for path in sorted((tmp_path / "ran").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            if cell.source.startswith("%%needs"):
+                text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+                assert text.startswith("Skipped: this cell uses") and text.count("\n") == 1, (path.name, text)
+                assert all(o.output_type == "stream" for o in cell.outputs), (path.name, "a waiting cell drew")
+            elif cell.source.startswith("grader.check("):
+                shown = json.dumps([o.get("data", {}) for o in cell.outputs])
+                assert "not implemented yet" in shown, (path.name, cell.source)
+    assert "0 of" in done.stdout and "not implemented yet" in done.stdout
+
+
+def answered_in_release(release_notebook: Path, solution: Path) -> nbformat.NotebookNode:
+    """The release's notebook with every exercise cell filled in from the solution (matched by cell id)."""
+    from grader.authoring.demo import _unmarked
+
+    nb = nbformat.read(release_notebook, as_version=4)
+    answers = {c.id: c.source for c in nbformat.read(solution, as_version=4).cells if BEGIN in c.source}
+    for cell in nb.cells:
+        if cell.get("id") in answers:
+            cell.source = _unmarked(answers[cell.id])
+    return nb
+
+
+def test_a_solved_notebook_passes_its_checks_in_the_release(student_release, tmp_path):
+    release_nb = student_release.folder / "notebooks" / "01_tensors.ipynb"
+    solved = student_release.folder / "notebooks" / "solved" / "01_tensors.ipynb"
+    solved.parent.mkdir()
+    try:
+        nbformat.write(answered_in_release(release_nb, ROOT / "solutions" / "01_tensors.ipynb"), solved)
+        done = student_release.run("-m", "grader", "selfcheck", str(solved), "--json", str(tmp_path / "r.json"))
+    finally:
+        shutil.rmtree(solved.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [r] = json.loads((tmp_path / "r.json").read_text())
+    assert r["cell_errors"] == [] and r["exercises"]
+    assert all(e["status"] == "passed" for e in r["exercises"]), [(e["exercise"], e["message"]) for e in r["exercises"]]
+
+
+def test_the_instructor_grades_notebooks_completed_in_the_release(student_release, tmp_path):
+    subs = tmp_path / "submissions"
+    (subs / "Student One").mkdir(parents=True)
+    chosen = ["01_tensors"]
+    for stem in chosen:
+        nbformat.write(answered_in_release(student_release.folder / "notebooks" / f"{stem}.ipynb",
+                                           ROOT / "solutions" / f"{stem}.ipynb"), subs / "Student One" / f"{stem}.ipynb")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "grader", "grade", str(subs), "--out", str(out), "--workers", "1",
+                          "--chapters", ",".join(chosen)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = list(csv.DictReader(open(out / "grades.csv", encoding="utf-8")))
+    assert rows and all(r["status"] == "passed" and r["score"] == r["max_score"] for r in rows), rows
+    assert {r["chapter"] for r in rows} == set(chosen)
+    assert len(rows) == sum(len(registry.all_exercises(chapters.key(s))) for s in chosen)
