@@ -2,7 +2,8 @@
 #   make lab      set up (once) and open JupyterLab on notebooks/
 #   make test     set up (once) and run every test
 #   make student  regenerate notebooks/ from solutions/
-#   make release  build dist/student: notebooks and grader, without solutions or hidden checks
+#   make release  build dist/student and dist/student.zip: notebooks and grader, without solutions or hidden checks
+#   make gradescope  build dist/autograder.zip, Gradescope's autograder (CHAPTERS=... for one assignment)
 #   make grade    grade SUBMISSIONS (default: the demo cohort) into OUT (default: grades/)
 #   make bench    timer accuracy (and, on a GPU, MFU) report; grading cost and parallel speed-up
 
@@ -31,7 +32,7 @@ SUBMISSIONS ?=
 OUT         ?= grades
 GRADE_FLAGS ?=
 
-.PHONY: setup lab test grade student release demo bench mfu clean
+.PHONY: setup lab test grade student release gradescope demo bench mfu clean
 
 setup: $(STAMP)
 
@@ -68,6 +69,10 @@ student: $(STAMP)
 
 release: $(STAMP)
 	$(PY) -m grader release --out dist/student
+
+# make gradescope [CHAPTERS=03_memory,04_flops]: Gradescope's autograder zip for an assignment (default: all chapters)
+gradescope: $(STAMP)
+	$(PY) -m grader gradescope --out dist/autograder.zip $(if $(CHAPTERS),--chapters $(CHAPTERS),)
 
 demo: $(STAMP)
 	$(PY) -m grader demo

@@ -1,4 +1,4 @@
-"""`python -m grader <command>`: grade (a class's submissions), mfu (device table), student, release, demo, execute, selfcheck."""
+"""`python -m grader <command>`: grade, mfu, student, release, demo, execute, gradescope, gradescope-run, selfcheck."""
 from __future__ import annotations
 
 import argparse
@@ -15,15 +15,21 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("release", help="build the student release (no solutions, no hidden checks)", add_help=False)
     sub.add_parser("demo", help="regenerate the demo cohort in demo/submissions from solutions/", add_help=False)
     sub.add_parser("execute", help="run solution notebooks and save them with their outputs", add_help=False)
+    sub.add_parser("gradescope", help="build Gradescope's autograder zip (dist/autograder.zip)", add_help=False)
+    sub.add_parser("gradescope-run", help="grade one Gradescope submission (run by the autograder zip)",
+                   add_help=False)
     sub.add_parser("selfcheck", help="run your notebooks and show where each exercise stands", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "mfu":
         from grader.mfu import main as run
     elif args.command == "selfcheck":
         from grader.selfcheck import main as run
-    elif args.command == "grade":
+    elif args.command in ("grade", "gradescope-run"):
         try:
-            from grader.autograde.cli import main as run
+            if args.command == "grade":
+                from grader.autograde.cli import main as run
+            else:
+                from grader.autograde.gradescope import main as run
         except ModuleNotFoundError:
             print("`grade` is for instructors: the student release does not include the grader", file=sys.stderr)
             return 2
@@ -35,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                 from grader.authoring.demo import main as run
             elif args.command == "execute":
                 from grader.authoring.execute import main as run
+            elif args.command == "gradescope":
+                from grader.authoring.gradescope import main as run
             else:
                 from grader.authoring.release import main as run
         except ModuleNotFoundError:
