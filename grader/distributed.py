@@ -1,0 +1,247 @@
+"""Real `torch.distributed` processes launched from a notebook, safely, and the toy problem chapter 10 trains.
+
+`launch("ddp_worker:train_worker", world_size=2, args=(...))` starts `world_size` fresh Python processes
+(multiprocessing's "spawn", as `torch.multiprocessing.spawn` does), each with the environment
+`init_process_group` reads (MASTER_ADDR, MASTER_PORT on a free port, RANK, WORLD_SIZE), calls
+`fn(rank, world_size, *args)` in each, and returns their results in rank order. What a notebook
+needs and `mp.spawn` does not give: a deadline (a rank that waits for a peer that never comes ends
+the launch with TimeoutError), every child process stopped whatever happens, a second port when the
+first was taken meanwhile, and a child's exception raised in the notebook with its rank. The target
+must live in an importable file (spawned processes cannot import a notebook cell's function).
+"""
+from __future__ import annotations
+
+import importlib
+import io
+import multiprocessing
+import os
+import queue as queue_module
+import socket
+import time
+import traceback
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["free_port", "launch", "WorkerError", "toy_model", "toy_batch", "TOY_BATCH"]
+
+TOY_BATCH = 16  # rows in every step's batch of the toy problem; divisible by 1, 2, 4, 8 ranks
+_PORT_TAKEN = ("address already in use", "EADDRINUSE", "errno 98")
+
+
+class WorkerError(RuntimeError):
+    """A rank raised: the message names the rank, the exception and its last lines."""
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on now (the OS picks it, so parallel launches differ)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def toy_model(seed: int) -> nn.Module:
+    """The model chapter 10 trains: the same weights for the same seed, in any process."""
+    g = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+def toy_batch(seed: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step `step`'s full batch (TOY_BATCH rows): inputs (16, 8) and targets (16, 1), the same in any process."""
+    g = torch.Generator().manual_seed(10_000 * seed + step)
+    x = torch.randn(TOY_BATCH, 8, generator=g)
+    y = (x[:, :1] * 2 - x[:, 1:2]).sin() + 0.1 * torch.randn(TOY_BATCH, 1, generator=g)
+    return x, y
+
+
+def _to_bytes(value: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return buf.getvalue()
+
+
+def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
+    """In a child: the rendezvous environment, one thread per core share, the target, and its result or error."""
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                       "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)})
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    try:
+        module, _, name = target.partition(":")
+        fn = getattr(importlib.import_module(module), name)
+        value = fn(rank, world_size, *args)
+        results.put(("ok", rank, _to_bytes(value)))
+    except BaseException as e:  # reported to the parent, whatever it is
+        base = next((c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins"), "Exception")
+        results.put(("error", rank, (type(e).__name__, base, str(e)[:500], traceback.format_exc(limit=4)[-1500:])))
+    finally:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def _stop(processes: Sequence[multiprocessing.Process]) -> None:
+    """Every child ends: politely, then for sure."""
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 5
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+def _run_once(target: str, world_size: int, args: tuple, timeout: float) -> list[Any]:
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    processes = [ctx.Process(target=_bootstrap, args=(target, rank, world_size, port, args, results), daemon=True,
+                             name=f"rank-{rank}") for rank in range(world_size)]
+    done: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        for p in processes:
+            p.start()
+        while len(done) < world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the {world_size} processes did not all finish within {timeout:g} s (a rank "
+                                   f"waiting for a peer that never came?); every process was stopped")
+            try:
+                kind, rank, payload = results.get(timeout=min(0.2, left))
+            except queue_module.Empty:
+                dead = [p for r, p in enumerate(processes) if r not in done and p.exitcode is not None]
+                if dead:
+                    time.sleep(0.2)  # its report may still be in the queue
+                    if results.empty():
+                        raise WorkerError(f"{dead[0].name} exited with code {dead[0].exitcode} without a result "
+                                          "(killed, or out of memory?)")
+                continue
+            if kind == "error":
+                name, base, message, tb = payload
+                if base == "NotImplementedError":
+                    raise NotImplementedError(f"rank {rank}: {message or 'not implemented yet'}")
+                raise WorkerError(f"rank {rank} raised {name}: {message}\n{tb}")
+            done[rank] = torch.load(io.BytesIO(payload), weights_only=True)
+    finally:
+        _stop(processes)
+        results.close()
+        results.join_thread()
+    return [done[r] for r in range(world_size)]
+
+
+def launch(target: str, world_size: int, args: Sequence[Any] = (), timeout: float = 120.0) -> list[Any]:
+    """Run `fn(rank, world_size, *args)` in `world_size` new processes; their results, rank 0 first.
+
+    `target` is "module:function" of an importable file (e.g. one a notebook wrote with %%writefile).
+    Results travel with torch.save (tensors, numbers, strings and containers of them). Raises
+    TimeoutError after `timeout` seconds, NotImplementedError if a rank hit a stub, WorkerError if a
+    rank raised anything else; in every case no child process is left behind.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if ":" not in target:
+        raise ValueError(f"target must be 'module:function', got {target!r}")
+    try:
+        return _run_once(target, world_size, tuple(args), timeout)
+    except WorkerError as e:  # the free port was taken between choosing it and binding it: once more
+        if not any(s in str(e) for s in _PORT_TAKEN):
+            raise
+        return _run_once(target, world_size, tuple(args), timeout)
+
+
+# --------------------------------------------------------------------------------------
+# Workers for chapter 10's measurements (targets for `launch`; each calls init_process_group itself)
+# --------------------------------------------------------------------------------------
+
+def _init(rank: int, world_size: int, backend: str = "gloo") -> None:
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60))
+
+
+def allreduce_seconds(rank: int, world_size: int, sizes: Sequence[int], reps: int = 10,
+                      backend: str = "gloo") -> list[float]:
+    """Median seconds of one all-reduce (SUM) of a float32 buffer of each size in bytes, after a warm-up."""
+    import statistics
+
+    import torch.distributed as dist
+
+    _init(rank, world_size, backend)
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    out = []
+    for nbytes in sizes:
+        buf = torch.ones(max(1, nbytes // 4), device=device)
+        for _ in range(3):
+            dist.all_reduce(buf)
+        times = []
+        for _ in range(reps):
+            dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            dist.all_reduce(buf)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+        out.append(statistics.median(times))
+    return out
+
+
+def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int = 8) -> dict[str, float]:
+    """One data-parallel SGD step of a width x width MLP on `batch` rows split over the ranks: median seconds of
+    the whole step and of its all-reduce (every gradient flattened into one buffer), and the step's FLOPs."""
+    import statistics
+
+    import torch.distributed as dist
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _init(rank, world_size)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                          nn.Linear(width, width))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(batch // world_size, width)
+    params = list(model.parameters())
+
+    def step() -> float:
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        flat = torch.cat([p.grad.flatten() for p in params])
+        start = time.perf_counter()
+        dist.all_reduce(flat)
+        comm = time.perf_counter() - start
+        flat /= world_size
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        opt.step()
+        return comm
+
+    with FlopCounterMode(display=False) as counter:
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+    totals, comms = [], []
+    for i in range(steps + 2):
+        dist.barrier()
+        start = time.perf_counter()
+        comm = step()
+        if i >= 2:  # two warm-up steps
+            totals.append(time.perf_counter() - start)
+            comms.append(comm)
+    return {"step": statistics.median(totals), "allreduce": statistics.median(comms),
+            "flops": float(counter.get_total_flops()), "params": float(sum(p.numel() for p in params))}

@@ -1,0 +1,66 @@
+"""Chapter 10 scenarios: a student's average_gradients in a simulated process group.
+
+Grading runs on one machine with no partner processes, so the world is simulated inside this scenario:
+torch.distributed's group queries and all_reduce are replaced for the call (and put back after). Rank k of
+the simulated world holds (k + 1) times this rank's gradients, so an all-reduce with SUM of any tensor
+built linearly from the gradients (one per parameter, or all flattened into one bucket) multiplies it
+by 1 + 2 + ... + world_size, and the true average is known exactly.
+"""
+import torch
+import torch.distributed as dist
+
+from . import common
+
+_SUM = dist.ReduceOp.SUM if dist.is_available() else None
+_randn, _manual_seed = torch.randn, torch.manual_seed
+
+
+def _model(spec, seed, frozen):
+    model = torch.nn.Sequential(*common.build_all(spec, seed))
+    if frozen:  # a frozen parameter has no gradient; averaging must leave it alone
+        list(model.parameters())[-1].requires_grad_(False)
+    _manual_seed(seed + 1)
+    model(_randn(5, spec[0][1])).pow(2).sum().backward()
+    return model
+
+
+def average_in_fake_world(average_gradients, spec, world_size, seed, frozen=False):
+    """Call average_gradients(model) as rank 0 of a simulated world; gradients and parameters before and after."""
+    model = _model(spec, seed, frozen)
+    before = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    total = sum(range(1, world_size + 1))
+    calls = []
+
+    def all_reduce(tensor, op=_SUM, group=None, async_op=False):
+        if op != _SUM:
+            raise RuntimeError(f"all_reduce with {op} is not supported by the gloo backend of every torch version: "
+                               "all-reduce with ReduceOp.SUM, then divide by the world size")
+        calls.append(tuple(tensor.shape))
+        with torch.no_grad():
+            tensor.mul_(total)
+
+        class _Done:
+            def wait(self, *a, **k):
+                return True
+
+            def is_completed(self):
+                return True
+        return _Done() if async_op else None
+
+    fakes = {"is_available": lambda: True, "is_initialized": lambda: True,
+             "get_world_size": lambda *a, **k: world_size, "get_rank": lambda *a, **k: 0, "all_reduce": all_reduce}
+    saved = {name: getattr(dist, name) for name in fakes}
+    try:
+        for name, fake in fakes.items():
+            setattr(dist, name, fake)
+        average_gradients(model)
+    finally:
+        for name, original in saved.items():
+            setattr(dist, name, original)
+    after = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
+    unchanged = all(torch.equal(p.detach(), params[n]) for n, p in model.named_parameters())
+    error = "" if calls or all(g is None for g in before.values()) else \
+        "it never called dist.all_reduce, so no other rank's gradient was added"
+    del model
+    return {"before": before, "after": after, "params_unchanged": unchanged, "error": error, "calls": len(calls)}
