@@ -121,7 +121,8 @@ def test_patching_autograd_in_the_notebook_is_noticed(kernel_bridge):
 def test_scenario_modules_import_nothing_but_torch_numpy_and_the_standard_library():
     allowed_roots = {"torch", "numpy", "math", "os", "io", "gc", "sys", "random", "tempfile", "pathlib", "pickle",
                      "time", "signal", "socket", "subprocess", "threading", "contextlib", "itertools", "functools",
-                     "collections", "typing", "copy", "hashlib", "zlib", "struct", "importlib", "types", "shutil"}
+                     "collections", "typing", "copy", "hashlib", "zlib", "struct", "importlib", "types", "shutil",
+                     "resource", "weakref", "datetime", "statistics"}
     for name, source in scenario_sources().items():
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Import):

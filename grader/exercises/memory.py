@@ -1,0 +1,252 @@
+"""Chapter 03 (memory): public checks. Hidden checks for the same exercises live in grader/hidden/memory.py."""
+from __future__ import annotations
+
+import torch
+
+from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_tensor_like,
+                           expect_type, fail)
+from grader.registry import exercise
+from grader.scenario import run_scenario
+from grader.scenarios import memory as scenarios
+
+GET_MEMORY_USAGE = exercise("memory.get_memory_usage", points=1)
+TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1)
+TRAINING_MEMORY = exercise("memory.training_memory", points=2)
+MAX_PARAMS = exercise("memory.max_params", points=1)
+COMPACT = exercise("memory.compact", points=2)
+GET_BATCH = exercise("memory.get_batch", points=3)
+
+# Bytes per element of every dtype, from the formats' definitions (literals: the check computes nothing the
+# exercise asks for).
+ELEMENT_BYTES = {torch.float64: 8, torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.int64: 8,
+                 torch.int32: 4, torch.int16: 2, torch.int8: 1, torch.uint8: 1, torch.bool: 1, torch.complex64: 8,
+                 torch.complex128: 16, torch.float8_e4m3fn: 1, torch.float8_e5m2: 1}
+STATES = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
+KEYS = ("params", "grads", "optimizer_state", "activations", "total")
+
+
+# ---------------------------------------------------------------- get_memory_usage
+
+def expect_usage(get_memory_usage, x: torch.Tensor, want: int, how: str) -> None:
+    what = f"get_memory_usage({how})"
+    got = call(get_memory_usage, x, what=what)
+    expect_type(got, int, what)
+    expect(got == want, f"{what} returned {got}; its {x.numel()} elements of {str(x.dtype)[6:]} take {want} bytes")
+
+
+@GET_MEMORY_USAGE.check
+def float32_matrix(get_memory_usage):
+    """a (4, 8) float32 tensor takes 4 * 8 * 4 = 128 bytes"""
+    expect_usage(get_memory_usage, torch.zeros(4, 8), 128, "torch.zeros(4, 8)")
+
+
+@GET_MEMORY_USAGE.check
+def other_dtypes(get_memory_usage):
+    """the element size depends on the dtype: float16, int8, float64, bool"""
+    for dtype in (torch.float16, torch.int8, torch.float64, torch.bool):
+        expect_usage(get_memory_usage, torch.zeros(3, 5, dtype=dtype), 15 * ELEMENT_BYTES[dtype],
+                     f"torch.zeros(3, 5, dtype={dtype})")
+
+
+@GET_MEMORY_USAGE.check
+def a_view_counts_its_own_elements(get_memory_usage):
+    """a small slice of a big tensor: its own elements, not the whole storage it views"""
+    big = torch.zeros(1000, 100)
+    expect_usage(get_memory_usage, big[:2], 800, "big[:2] where big = torch.zeros(1000, 100)")
+
+
+# ---------------------------------------------------------------- tensor_nbytes
+
+def expect_nbytes(tensor_nbytes, shape, dtype: torch.dtype, want: int) -> None:
+    what = f"tensor_nbytes({shape!r}, {dtype})"
+    got = tensor_nbytes(shape, dtype)
+    expect_type(got, int, what)
+    expect(got == want, f"{what} returned {got}; expected {want}")
+
+
+@TENSOR_NBYTES.check
+def small_shapes(tensor_nbytes):
+    """(2, 3) in float32 is 24 bytes; in bfloat16 12; a 0-dim tensor holds one element"""
+    expect_nbytes(tensor_nbytes, (2, 3), torch.float32, 24)
+    expect_nbytes(tensor_nbytes, (2, 3), torch.bfloat16, 12)
+    expect_nbytes(tensor_nbytes, (), torch.int64, 8)
+
+
+@TENSOR_NBYTES.check
+def without_allocating(tensor_nbytes):
+    """a (1_000_000, 1_000_000) float32 tensor is 4 TB: the answer comes without allocating it"""
+    expect_nbytes(tensor_nbytes, (1_000_000, 1_000_000), torch.float32, 4 * 10**12)
+
+
+@TENSOR_NBYTES.check
+def shape_as_list_or_size(tensor_nbytes):
+    """the shape may be a list or a torch.Size; a dimension of 0 means 0 bytes"""
+    expect_nbytes(tensor_nbytes, [4, 5], torch.complex64, 160)
+    expect_nbytes(tensor_nbytes, torch.Size([7, 0, 3]), torch.float64, 0)
+
+
+# ---------------------------------------------------------------- training_memory
+
+def expect_training(training_memory, num_params: int, num_activations: int, optimizer: str,
+                    dtype: torch.dtype | None = None) -> None:
+    size = ELEMENT_BYTES[dtype or torch.float32]
+    want = {"params": num_params * size, "grads": num_params * size,
+            "optimizer_state": STATES[optimizer] * num_params * size, "activations": num_activations * size}
+    want["total"] = sum(want.values())
+    args = f"{num_params}, {num_activations}, {optimizer!r}" + (f", {dtype}" if dtype else "")
+    what = f"training_memory({args})"
+    got = training_memory(num_params, num_activations, optimizer) if dtype is None else \
+        training_memory(num_params, num_activations, optimizer, dtype)
+    expect_type(got, dict, what)
+    expect_equal(sorted(got), sorted(KEYS), f"{what}'s keys")
+    for key in KEYS:
+        expect_type(got[key], int, f"{what}[{key!r}]")
+        if got[key] != want[key]:
+            fail(f"{what}[{key!r}] is {got[key]}; expected {want[key]} ({size} bytes per value, "
+                 f"{STATES[optimizer]} optimizer state(s) per parameter)")
+
+
+@TRAINING_MEMORY.check
+def adam_in_float32(training_memory):
+    """Adam keeps two states per parameter: 16 bytes per parameter in float32, plus activations"""
+    expect_training(training_memory, 1000, 500, "adam")
+
+
+@TRAINING_MEMORY.check
+def every_optimizer(training_memory):
+    """SGD keeps no state, momentum and AdaGrad one, Adam two"""
+    for opt in ("sgd", "momentum", "adagrad", "adam"):
+        expect_training(training_memory, 100, 10, opt)
+
+
+@TRAINING_MEMORY.check
+def other_dtypes(training_memory):
+    """everything in bfloat16 takes half the bytes"""
+    expect_training(training_memory, 100, 10, "momentum", torch.bfloat16)
+
+
+@TRAINING_MEMORY.check
+def unknown_optimizer(training_memory):
+    """an optimizer it does not know raises ValueError"""
+    expect_raises(ValueError, lambda: training_memory(10, 10, "lion"), "training_memory(10, 10, 'lion')")
+
+
+# ---------------------------------------------------------------- max_params
+
+def expect_max(max_params, memory_bytes, bytes_per_param, want: int) -> None:
+    what = f"max_params({memory_bytes!r}, {bytes_per_param!r})"
+    got = max_params(memory_bytes, bytes_per_param)
+    expect_type(got, int, what)
+    expect(got == want, f"{what} returned {got}; expected {want}")
+
+
+@MAX_PARAMS.check
+def eight_gpus(max_params):
+    """8 x 80 GB at 16 bytes per parameter holds 40e9 parameters"""
+    expect_max(max_params, 8 * 80 * 10**9, 16, 40 * 10**9)
+
+
+@MAX_PARAMS.check
+def rounds_down(max_params):
+    """a parameter that does not fit entirely does not count"""
+    expect_max(max_params, 100, 16, 6)
+    expect_max(max_params, 15, 16, 0)
+
+
+# ---------------------------------------------------------------- compact
+
+def expect_compact(compact, x: torch.Tensor, how: str) -> None:
+    """Same values, shape and dtype; a storage of exactly its elements' bytes, not shared with x's bigger one."""
+    what = f"compact({how})"
+    want = x.clone()
+    got = call(compact, x, what=what)
+    expect_tensor(got, want, what, rtol=0, atol=0)
+    need = got.numel() * got.element_size()
+    have = got.untyped_storage().nbytes()
+    if have > need:
+        fail(f"{what} holds a storage of {have} bytes for {need} bytes of elements: it is still a view "
+             f"into the big storage (x's storage has {x.untyped_storage().nbytes()} bytes)")
+
+
+@COMPACT.check
+def a_small_slice_of_a_big_tensor(compact):
+    """x = big[:10] keeps all of big alive; compact(x) keeps only its 10 rows"""
+    big = torch.randn(1000, 64)
+    expect_compact(compact, big[:10], "big[:10] where big is (1000, 64)")
+
+
+@COMPACT.check
+def a_contiguous_slice_in_the_middle(compact):
+    """a contiguous slice is still a view: contiguous() alone returns it unchanged"""
+    big = torch.randn(5000)
+    expect_compact(compact, big[100:200], "big[100:200] where big has 5000 elements")
+
+
+@COMPACT.check
+def non_contiguous_views(compact):
+    """a column, a strided slice, an expanded tensor"""
+    big = torch.randn(50, 40)
+    expect_compact(compact, big[:, 3], "big[:, 3]")
+    expect_compact(compact, big[::5, ::4], "big[::5, ::4]")
+    expect_compact(compact, big[0].expand(3, 40), "big[0].expand(3, 40)")
+
+
+# ---------------------------------------------------------------- get_batch
+
+def expect_batches(out, tokens: list[int], batch_size: int, context_length: int, what: str) -> set[int]:
+    """Every (x, y) has the right shapes, dtype and device, is a real window with targets shifted by one;
+    returns the start positions seen."""
+    data = torch.tensor(tokens, dtype=torch.int64)
+    starts = set()
+    for x, y in out:
+        for name, t in (("x", x), ("y", y)):
+            expect_tensor_like(t, (batch_size, context_length), torch.int64, "cpu", f"{what}: {name}")
+        expect(bool((y[:, :-1] == x[:, 1:]).all()), f"{what}: y must be x shifted by one token "
+                                                     "(y[:, :-1] == x[:, 1:])")
+        for row in range(batch_size):
+            start = int(x[row, 0])  # tokens are 0, 1, 2, ...: a token's value is its position
+            window = data[start:start + context_length + 1]
+            if window.numel() != context_length + 1 or not torch.equal(x[row], window[:-1]) or \
+                    not torch.equal(y[row], window[1:]):
+                fail(f"{what}: row {row} is not a window of the data: x = {x[row].tolist()}, y = {y[row].tolist()}")
+            starts.add(start)
+    return starts
+
+
+@GET_BATCH.check
+def windows_and_targets(get_batch):
+    """x and y are (batch_size, context_length) int64 windows of the data, y shifted by one"""
+    tokens = list(range(100))
+    out = run_scenario(scenarios.batches, get_batch, tokens, 4, 8, 5, 0)
+    expect_batches(out, tokens, 4, 8, "get_batch(memmap of 100 tokens, 4, 8, 'cpu')")
+
+
+@GET_BATCH.check
+def every_start_is_reachable(get_batch):
+    """on 12 tokens with context 4, all 8 start positions 0..7 turn up, the last one included"""
+    tokens = list(range(12))
+    out = run_scenario(scenarios.batches, get_batch, tokens, 8, 4, 40, 1)
+    starts = expect_batches(out, tokens, 8, 4, "get_batch(memmap of 12 tokens, 8, 4, 'cpu')")
+    # 320 draws from 8 starts: a correct answer misses a start with probability below 1e-17.
+    missing = sorted(set(range(8)) - starts)
+    expect(not missing, f"get_batch(memmap of 12 tokens, 8, 4, 'cpu') never started a window at {missing} in 320 "
+                        "rows; the last valid start is len(data) - context_length - 1 = 7")
+
+
+@GET_BATCH.check
+def too_short(get_batch):
+    """data shorter than one window plus its target raises ValueError"""
+    expect_raises(ValueError, lambda: run_scenario(scenarios.batches, get_batch, list(range(8)), 2, 8, 1, 0),
+                  "get_batch(memmap of 8 tokens, 2, 8, 'cpu')")
+
+
+@GET_BATCH.check
+def reads_only_what_it_needs(get_batch):
+    """on a memmap of 256 MiB, one batch touches a few pages, not the whole file"""
+    out = run_scenario(scenarios.pages_touched, get_batch, 2**27, 8, 32, 2)
+    expect(out["shapes"] == ((8, 32), (8, 32)), f"get_batch on a large memmap returned shapes {out['shapes']}")
+    # Reading the whole file faults on all 65536 of its pages (and as many for the copy); a batch on a few.
+    limit = out["file_pages"] // 8
+    expect(out["faults"] < limit, f"one get_batch call on a memmap of 2^27 tokens touched {out['faults']} memory "
+                                  f"pages (the file has {out['file_pages']}): it reads the whole file instead of the "
+                                  "windows it needs (np.array(data), data[:] or torch.tensor(data) copy it all)")

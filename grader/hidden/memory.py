@@ -1,0 +1,128 @@
+"""Chapter 03 (memory): hidden checks, run only at grading."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grader.exercises.memory import (COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE, MAX_PARAMS, STATES,
+                                     TENSOR_NBYTES, TRAINING_MEMORY, expect_batches, expect_compact, expect_max,
+                                     expect_nbytes, expect_training, expect_usage)
+from grader.expect import expect, expect_raises
+from grader.inputs import layouts, randint, random_shape
+from grader.scenario import run_scenario
+from grader.scenarios import memory as scenarios
+
+
+@GET_MEMORY_USAGE.hidden
+def every_dtype_and_layout(get_memory_usage):
+    """every dtype, random shapes, views of bigger storages, expanded tensors"""
+    for dtype, size in ELEMENT_BYTES.items():
+        shape = random_shape(0, 3, 0, 5)
+        x = torch.zeros(shape, dtype=torch.float32).to(dtype)
+        expect_usage(get_memory_usage, x, math.prod(shape) * size, f"a {dtype} tensor of shape {shape}")
+    base = torch.zeros(6, 7, dtype=torch.float64)
+    for name, view in layouts(base):
+        expect_usage(get_memory_usage, view, 42 * 8, f"a (6, 7) float64 {name}")
+    expect_usage(get_memory_usage, torch.zeros(3).expand(1000, 3), 12000, "torch.zeros(3).expand(1000, 3)")
+
+
+@TENSOR_NBYTES.hidden
+def every_dtype(tensor_nbytes):
+    """every dtype, random shapes as tuples, lists and torch.Size"""
+    for dtype, size in ELEMENT_BYTES.items():
+        shape = random_shape(0, 4, 0, 9)
+        kind = randint(0, 2)
+        given = shape if kind == 0 else list(shape) if kind == 1 else torch.Size(shape)
+        expect_nbytes(tensor_nbytes, given, dtype, math.prod(shape) * size)
+
+
+@TENSOR_NBYTES.hidden
+def far_too_big_to_allocate(tensor_nbytes):
+    """an exabyte of int64 is an ordinary number"""
+    expect_nbytes(tensor_nbytes, (10**9, 10**9), torch.int64, 8 * 10**18)
+
+
+@TRAINING_MEMORY.hidden
+def random_sizes(training_memory):
+    """random sizes, optimizers and dtypes"""
+    dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    for _ in range(20):
+        expect_training(training_memory, randint(0, 10**9), randint(0, 10**9),
+                        list(STATES)[randint(0, 3)], dtypes[randint(0, 3)])
+
+
+@MAX_PARAMS.hidden
+def random_budgets(max_params):
+    """random budgets and bytes per parameter, floats included"""
+    for _ in range(30):
+        memory, per = randint(0, 10**13), randint(1, 40)
+        expect_max(max_params, memory, per, memory // per)
+    expect_max(max_params, 80e9, 16, 5 * 10**9)
+    expect_max(max_params, 80e9, 18.5, int(80e9 // 18.5))
+
+
+@COMPACT.hidden
+def random_views(compact):
+    """random slices, transposes and dtypes of bigger tensors, and tensors that are already compact"""
+    for _ in range(10):
+        big = torch.randn(random_shape(2, 3, 3, 9)).to([torch.float32, torch.float16, torch.int64][randint(0, 2)])
+        i = randint(0, big.shape[0] - 1)
+        expect_compact(compact, big[i:i + 1], f"a one-row slice of a {tuple(big.shape)} tensor")
+        expect_compact(compact, big.transpose(0, 1)[:2], f"two rows of a transposed {tuple(big.shape)} tensor")
+    expect_compact(compact, torch.randn(4, 5), "a tensor that is already compact")
+    expect_compact(compact, torch.tensor(3.0), "a 0-dim tensor")
+
+
+@COMPACT.hidden
+def leaves_the_input_alone(compact):
+    """the input still views the big storage afterwards (compact makes a new tensor)"""
+    big = torch.randn(300)
+    x = big[10:20]
+    expect_compact(compact, x, "big[10:20]")
+    expect(x.untyped_storage().data_ptr() == big.untyped_storage().data_ptr(),
+           "compact(big[10:20]) changed its input into something else")
+
+
+@GET_BATCH.hidden
+def random_lengths_and_windows(get_batch):
+    """random data lengths, batch sizes and context lengths; windows right up to the end"""
+    for seed in range(5):
+        length, ctx, batch = randint(10, 60), randint(1, 8), randint(1, 6)
+        tokens = list(range(length))
+        # 30 * starts rows: a correct answer misses the last start with probability about e^-30 (1e-13).
+        draws = math.ceil(30 * (length - ctx) / batch)
+        out = run_scenario(scenarios.batches, get_batch, tokens, batch, ctx, draws, seed)
+        starts = expect_batches(out, tokens, batch, ctx, f"get_batch(memmap of {length} tokens, {batch}, {ctx})")
+        expect(max(starts) == length - ctx - 1, f"get_batch(memmap of {length} tokens, {batch}, {ctx}) never used "
+                                                "the last window")
+
+
+@GET_BATCH.hidden
+def exactly_one_window(get_batch):
+    """data of exactly context_length + 1 tokens has one window, always start 0"""
+    out = run_scenario(scenarios.batches, get_batch, list(range(9)), 3, 8, 3, 0)
+    starts = expect_batches(out, list(range(9)), 3, 8, "get_batch(memmap of 9 tokens, 3, 8)")
+    expect(starts == {0}, "get_batch(memmap of 9 tokens, 3, 8)")
+
+
+@GET_BATCH.hidden
+def random_draws_differ(get_batch):
+    """two calls do not return the same windows every time"""
+    out = run_scenario(scenarios.batches, get_batch, list(range(1000)), 4, 8, 6, 3)
+    firsts = {tuple(x[:, 0].tolist()) for x, _ in out}
+    expect(len(firsts) > 1, "get_batch returned the same windows on every call")
+
+
+@GET_BATCH.hidden
+def device_argument(get_batch):
+    """device given as torch.device("cpu") works too"""
+    out = run_scenario(scenarios.batches, get_batch, list(range(50)), 2, 5, 2, 4, torch.device("cpu"))
+    expect_batches(out, list(range(50)), 2, 5, "get_batch(memmap, 2, 5, torch.device('cpu'))")
+
+
+@GET_BATCH.hidden
+def one_token_short(get_batch):
+    """exactly context_length tokens is one too few: ValueError"""
+    expect_raises(ValueError, lambda: run_scenario(scenarios.batches, get_batch, list(range(5)), 1, 5, 1, 0),
+                  "get_batch(memmap of 5 tokens, 1, 5)")
