@@ -31,6 +31,7 @@ class DeviceSpec:
     peaks: dict[str, float]
     source: str
     sms: int | None = None  # streaming multiprocessors (CUs on AMD), when known
+    bandwidth: float | None = None  # peak memory bandwidth in bytes/s from the same datasheet (None: not given)
 
 
 @dataclass(frozen=True)
@@ -73,16 +74,17 @@ _NVL_TENSOR = dict(tf32=417.5, bf16=835.5, fp16=835.5, fp8=1670.5, int8=1670.5)
 _HOPPER_SXM = dict(fp64=67, fp32=67, tf32=494.5, bf16=989.5, fp16=989.5, fp8=1979, int8=1979)
 
 _SPECS: tuple[DeviceSpec, ...] = (
-    DeviceSpec("H100 SXM", _peaks(**_HOPPER_SXM), _H100_SRC, sms=132),
+    DeviceSpec("H100 SXM", _peaks(**_HOPPER_SXM), _H100_SRC, sms=132, bandwidth=3350000000000.0),
     DeviceSpec("H100 PCIe", _peaks(fp64=51, fp32=51, tf32=378, bf16=756.5, fp16=756.5,
-                                   fp8=1513, int8=1513), _H100_SRC, sms=114),
+                                   fp8=1513, int8=1513), _H100_SRC, sms=114, bandwidth=2000000000000.0),
     DeviceSpec("H100 NVL", _peaks(**_NVL_TENSOR),
-               _H100_SRC + "; FP64/FP32 not verified, left out", sms=132),
-    DeviceSpec("H200 SXM", _peaks(**_HOPPER_SXM), _H200_SRC, sms=132),
+               _H100_SRC + "; FP64/FP32 not verified, left out", sms=132, bandwidth=3900000000000.0),
+    DeviceSpec("H200 SXM", _peaks(**_HOPPER_SXM), _H200_SRC, sms=132, bandwidth=4800000000000.0),
     DeviceSpec("H200 NVL", _peaks(**_NVL_TENSOR),
-               _H200_SRC + "; FP64/FP32 not verified, left out", sms=132),
+               _H200_SRC + "; FP64/FP32 not verified, left out", sms=132, bandwidth=4800000000000.0),
     # SXM4 and PCIe, 40 GB and 80 GB, share these peaks. The datasheet lists dense and
-    # sparse side by side; the dense column is used. No FP8 on Ampere.
+    # sparse side by side; the dense column is used. No FP8 on Ampere. Memory bandwidth is
+    # left out: it differs between the variants this row covers (1,555 to 2,039 GB/s).
     DeviceSpec("A100", _peaks(fp64=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312, int8=624),
                "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/"
                "en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-"
@@ -94,38 +96,38 @@ _SPECS: tuple[DeviceSpec, ...] = (
                               int8=4500),
                "NVIDIA HGX B200 specifications (per GPU), "
                "https://www.nvidia.com/en-us/data-center/hgx/ ; tensor figures listed with "
-               f"sparsity: {HALVED}", sms=148),
+               f"sparsity: {HALVED}", sms=148, bandwidth=8000000000000.0),
     DeviceSpec("GB200 (per GPU)", _peaks(fp64=40, fp32=80, tf32=1250, bf16=2500, fp16=2500,
                                          fp8=5000, int8=5000),
                "NVIDIA GB200 NVL72 specifications, individual Blackwell GPU column, "
                "https://www.nvidia.com/en-us/data-center/gb200-nvl72/ ; tensor figures "
-               f"listed with sparsity: {HALVED}"),
+               f"listed with sparsity: {HALVED}", bandwidth=8000000000000.0),
     # The L4 datasheet lists no FP64; its tensor figures are all starred (with sparsity).
     # TF32 120* and INT8 485* were seen quoted; FP16/BF16 242* and FP8 485* follow Ada's
     # fixed ratios (16-bit = 2 x TF32, FP8 = INT8).
     DeviceSpec("L4", _peaks(fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5, int8=242.5),
                "NVIDIA L4 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/"
                f"l4/ ; tensor figures listed with sparsity: {HALVED}; no FP64 listed",
-               sms=58),
+               sms=58, bandwidth=300000000000.0),
     DeviceSpec("L40", _peaks(fp32=90.5, tf32=90.5, bf16=181.05, fp16=181.05, fp8=362,
                              int8=362),
                "NVIDIA L40 GPU datasheet, https://www.nvidia.com/en-us/data-center/l40/ ; "
-               "dense column (the * sparse column is 2x); no FP64 listed", sms=142),
+               "dense column (the * sparse column is 2x); no FP64 listed", sms=142, bandwidth=864000000000.0),
     # INT8 733 dense follows FP8 (Ada runs them at one rate); the rest is the datasheet's
     # dense column.
     DeviceSpec("L40S", _peaks(fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733,
                               int8=733),
                "NVIDIA L40S GPU datasheet, https://www.nvidia.com/en-us/data-center/l40s/ ; "
-               "dense column (the * sparse column is 2x); no FP64 listed", sms=142),
+               "dense column (the * sparse column is 2x); no FP64 listed", sms=142, bandwidth=864000000000.0),
     # Turing: FP16 tensor with FP32 accumulate ("mixed precision"); no BF16/TF32/FP8 and
     # no sparsity. The datasheet gives no FP64 figure.
     DeviceSpec("T4", _peaks(fp32=8.1, fp16=65, int8=130),
                "NVIDIA T4 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/"
-               "tesla-t4/ ; no sparsity on Turing; no FP64 listed", sms=40),
+               "tesla-t4/ ; no sparsity on Turing; no FP64 listed", sms=40, bandwidth=320000000000.0),
     DeviceSpec("A10", _peaks(fp32=31.2, tf32=62.5, bf16=125, fp16=125, int8=250),
                "NVIDIA A10 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/"
                "en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf ; dense column (the * "
-               "sparse column is 2x); no FP64 listed", sms=72),
+               "sparse column is 2x); no FP64 listed", sms=72, bandwidth=600000000000.0),
     # The A10G is an AWS-only variant (EC2 G5) with no public NVIDIA datasheet; third-party
     # tables disagree (some copy the A10's), so no peak is given. It has its own row so
     # "NVIDIA A10G" is recognised and never borrows the A10's figures.
@@ -136,18 +138,18 @@ _SPECS: tuple[DeviceSpec, ...] = (
     DeviceSpec("V100 SXM2", _peaks(fp64=7.8, fp32=15.7, fp16=125),
                "NVIDIA V100 Tensor Core GPU datasheet (V100 for NVLink), https://images."
                "nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-"
-               "1165301-r5.pdf ; no sparsity on Volta", sms=80),
+               "1165301-r5.pdf ; no sparsity on Volta", sms=80, bandwidth=900000000000.0),
     DeviceSpec("V100 PCIe", _peaks(fp64=7, fp32=14, fp16=112),
                "NVIDIA V100 Tensor Core GPU datasheet (V100 for PCIe), https://images."
                "nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-"
-               "1165301-r5.pdf ; no sparsity on Volta", sms=80),
+               "1165301-r5.pdf ; no sparsity on Volta", sms=80, bandwidth=900000000000.0),
     # Only the 130 TF tensor figure was seen quoted from the r5 datasheet; its FP32/FP64
     # figures could not be checked and are left out.
     DeviceSpec("V100S PCIe", _peaks(fp16=130),
                "NVIDIA V100 Tensor Core GPU datasheet (V100S for PCIe), https://images."
                "nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-"
                "1165301-r5.pdf ; no sparsity on Volta; FP32/FP64 not verified, left out",
-               sms=80),
+               sms=80, bandwidth=1134000000000.0),
     # GeForce cards run FP16/BF16 tensor math with FP32 accumulate (what PyTorch matmuls
     # use) at half the FP16-accumulate rate; those are the figures used. FP8 likewise with
     # FP32 accumulate.
@@ -156,11 +158,11 @@ _SPECS: tuple[DeviceSpec, ...] = (
                "NVIDIA Ada GPU Architecture whitepaper, GeForce RTX 4090 column, https://"
                "images.nvidia.com/aem-dam/Solutions/Data-Center/l4/nvidia-ada-gpu-architecture-"
                "whitepaper-v2.1.pdf ; dense column, FP16/BF16/FP8 with FP32 accumulate",
-               sms=128),
+               sms=128, bandwidth=1008000000000.0),
     DeviceSpec("RTX 3090", _peaks(fp32=35.6, tf32=35.6, bf16=71, fp16=71, int8=284),
                "NVIDIA Ampere GA102 GPU Architecture whitepaper, Appendix A (GeForce RTX 3090),"
                " https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-"
-               "whitepaper-v2.pdf ; dense column, FP16/BF16 with FP32 accumulate", sms=82),
+               "whitepaper-v2.pdf ; dense column, FP16/BF16 with FP32 accumulate", sms=82, bandwidth=936000000000.0),
     # AMD lists dense and sparse separately; these are the dense matrix figures. FP64 is the
     # matrix rate (what DGEMM uses); FP32 vector and matrix are equal.
     DeviceSpec("MI300X", _peaks(fp64=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
@@ -168,7 +170,7 @@ _SPECS: tuple[DeviceSpec, ...] = (
                "AMD ROCm docs, AMD Instinct MI300 series microarchitecture, peak-performance "
                "table, https://rocm.docs.amd.com/en/docs-6.3.0/conceptual/gpu-arch/mi300.html ; "
                "AMD Instinct MI300X data sheet, https://www.amd.com/en/products/accelerators/"
-               "instinct/mi300/mi300x.html ; dense figures (no halving needed)", sms=304),
+               "instinct/mi300/mi300x.html ; dense figures (no halving needed)", sms=304, bandwidth=5300000000000.0),
 )
 
 _BY_NAME = {spec.name: spec for spec in _SPECS}
@@ -343,10 +345,23 @@ def device_peak(device: torch.device | str | None, dtype: torch.dtype | str, *,
     return Peak(spec.peaks[key], name, spec.name, key, False, spec.source)
 
 
+def memory_bandwidth(device: torch.device | str | None) -> float | None:
+    """Datasheet peak memory bandwidth (bytes/s) of a live CUDA device, or None (unknown device, or a CPU:
+    measure a CPU's instead, as chapter 04 does)."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    spec = lookup(torch.cuda.get_device_name(index), torch.cuda.get_device_properties(index).multi_processor_count)
+    return spec.bandwidth if spec is not None else None
+
+
 def table() -> list[DeviceSpec]:
     """Every row, in table order, for docs and `python -m grader mfu`."""
     return list(_SPECS)
 
 
 __all__ = ["DTYPE_KEYS", "DeviceSpec", "Peak", "lookup", "peak_flops", "dtype_key",
-           "tf32_enabled", "device_peak", "table"]
+           "tf32_enabled", "device_peak", "memory_bandwidth", "table"]

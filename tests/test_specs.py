@@ -270,3 +270,14 @@ def test_device_peak_cuda_unknown_or_missing_dtype(monkeypatch) -> None:
     _fake_cuda(monkeypatch, "Tesla T4", 40)
     assert device_peak("cuda", torch.bfloat16) is None
     assert device_peak("cuda", torch.float16).flop_per_sec == 65e12
+
+
+def test_memory_bandwidth_is_the_datasheets_and_none_where_unknown():
+    from grader.specs import lookup, memory_bandwidth
+    assert lookup("NVIDIA H100 80GB HBM3").bandwidth == 3.35e12
+    assert lookup("NVIDIA H200").bandwidth == 4.8e12
+    assert lookup("NVIDIA A100-SXM4-80GB").bandwidth is None  # the row covers variants that differ
+    assert lookup("NVIDIA A10G").bandwidth is None
+    assert memory_bandwidth("cpu") is None  # a CPU's is measured, not looked up
+    for spec in __import__("grader.specs", fromlist=["table"]).table():
+        assert spec.bandwidth is None or 1e11 <= spec.bandwidth <= 1e13, spec.name
