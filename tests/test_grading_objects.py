@@ -1,0 +1,81 @@
+"""`make grade` on hazards of the exercises graded through scenarios and real processes (one shared run).
+
+The verdicts come from the grading process: a notebook that patches torch.autograd.grad is caught
+and its independent result reported; objects whose __del__ hangs or whose __getattr__ recurses, and a
+backward that hangs, cost their own exercise only; a data-parallel run whose rank hangs ends as a
+timeout with every process it started gone; two data-parallel students graded at once do not collide.
+"""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests import hazards_objects
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--timeout", "10", "--check-timeout", "5", "--notebook-timeout", "300", "--memory", "3G"]
+
+
+def grade_processes() -> list[psutil.Process]:
+    """Grading kernels and the processes they started (spawned ranks), whoever their parent is now."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "grader/autograde/launch.py" in cmd or ("multiprocessing" in cmd and "spawn_main" in cmd):
+            found.append(p)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("object-hazards")
+    subs = hazards_objects.build(root / "submissions")
+    out = root / "out"
+    before = {p.pid for p in grade_processes()}
+    run = subprocess.run([sys.executable, "-m", "grader", "grade", str(subs), "--out", str(out), "--workers", "2",
+                          *FAST], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    time.sleep(1)
+    left = [p for p in grade_processes() if p.pid not in before]
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f)), left
+
+
+@pytest.mark.parametrize("student", list(hazards_objects.COHORT))
+def test_each_exercise_ends_with_the_expected_status(graded, student):
+    rows, _ = graded
+    want = hazards_objects.COHORT[student][1]
+    mine = [r for r in rows if r["student"] == student]
+    got = {r["exercise"].split(".", 1)[1]: r["status"] for r in mine if r["exercise"].split(".", 1)[1] in want}
+    assert {r["status"] for r in mine if r["exercise"].split(".", 1)[1] not in want} <= {"missing"}
+    detail = {r["exercise"]: r["message"] for r in rows if r["student"] == student
+              and r["status"] != want.get(r["exercise"].split(".", 1)[1])}
+    assert got == want, detail
+
+
+def test_patching_autograd_is_named_with_the_independent_result(graded):
+    rows, _ = graded
+    msg = {r["exercise"]: r["message"] for r in rows
+           if r["student"] == "forward patches grad" and r["chapter"] == "05_autograd"}
+    assert all("torch.autograd.grad" in m for m in msg.values()), msg
+    assert "would have scored 2/2" in msg["autograd.gradient_norm_penalty"]
+
+
+def test_hung_objects_and_runs_say_what_happened(graded):
+    rows, _ = graded
+    msg = {(r["student"], r["exercise"].split(".")[1]): r["message"] for r in rows}
+    assert "stopped after" in msg[("del hangs", "accumulate_step")]
+    assert "RecursionError" in msg[("getattr recurses", "gradient_norm_penalty")]
+    assert "stopped after" in msg[("backward hangs", "silu")]
+    assert "stopped after 30 s" in msg[("ddp rank hangs", "ddp_train")]
+
+
+def test_no_process_is_left_behind(graded):
+    _, left = graded
+    assert not [p.info for p in left if p.is_running()]
