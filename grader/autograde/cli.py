@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for grades.csv, gradebook.csv and per-student files")
     parser.add_argument("--workers", type=int, default=default_workers(), help="notebooks graded at once (default: cores)")
     parser.add_argument("--timeout", type=float, default=d.cell_timeout, help=f"seconds per notebook cell ({d.cell_timeout:g})")
-    parser.add_argument("--check-timeout", type=float, default=d.check_timeout, help=f"seconds per check ({d.check_timeout:g})")
+    parser.add_argument("--check-timeout", type=float, default=d.check_timeout, help=f"seconds per check ({d.check_timeout:g}); checks that declare a longer need are scaled alike")
     parser.add_argument("--notebook-timeout", type=float, default=d.notebook_timeout,
                         help=f"seconds per notebook, cells and checks together ({d.notebook_timeout:g})")
     parser.add_argument("--memory", type=parse_size, default=d.memory, help="address space a kernel may use beyond its own start-up (4G)")

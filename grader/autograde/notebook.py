@@ -94,6 +94,14 @@ def _defining_cell(name: str, sources: list[str], numbers: list[int], kernel: No
     return ""
 
 
+def check_limit(declared: float | None, limits: Limits) -> float:
+    """Seconds a check may take: --check-timeout, or for a check that declares a longer need (a multi-process
+    run), its declared limit scaled the same way (--check-timeout 5 gives a check declaring 30 s 7.5 s)."""
+    if declared is None:
+        return limits.check_timeout
+    return declared * limits.check_timeout / Limits().check_timeout
+
+
 def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits) -> ExerciseResult:
     """Every check of `ex` on the student's functions; after a time-out or a crash the rest are not run."""
     objs = tuple(RemoteFunction(bridge, name, ex) for name in ex.needs)
@@ -105,7 +113,7 @@ def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits) -> Exercis
         if stop is not None:
             results.append(CheckResult(check.name, check.description, stop[0], stop[1], check.hidden, check.weight))
             continue
-        limit = check.timeout if check.timeout is not None else limits.check_timeout
+        limit = check_limit(check.timeout, limits)
         bridge.limit, bridge.deadline = limit, time.monotonic() + limit
         r = run_check(ex, check, objs, timeout=None)
         results.append(r)
