@@ -24,12 +24,27 @@ __all__ = ["track_memory", "MemoryTrace"]
 
 @dataclass
 class MemoryTrace:
-    """Bytes of tensor storage allocated inside the block: alive now, at the peak, and in all."""
+    """Bytes of tensor storage allocated inside the block: alive now, at the peak so far, and in all (CPU).
+
+    Read inside the block too: on CUDA `current` and `peak` ask the allocator at each read."""
     device: str
-    current: int = 0
-    peak: int = 0
     allocated: int = 0
+    _current: int = 0
+    _peak: int = 0
     _live: dict = field(default_factory=dict, repr=False)
+    _cuda_start: int | None = field(default=None, repr=False)
+
+    @property
+    def current(self) -> int:
+        if self._cuda_start is not None:
+            return torch.cuda.memory_allocated(self.device) - self._cuda_start
+        return self._current
+
+    @property
+    def peak(self) -> int:
+        if self._cuda_start is not None:
+            return torch.cuda.max_memory_allocated(self.device) - self._cuda_start
+        return self._peak
 
     def _add(self, storage: torch.UntypedStorage) -> None:
         key = id(storage)
@@ -37,13 +52,13 @@ class MemoryTrace:
             return
         size = storage.nbytes()
         self._live[key] = size
-        self.current += size
+        self._current += size
         self.allocated += size
-        self.peak = max(self.peak, self.current)
+        self._peak = max(self._peak, self._current)
         weakref.finalize(storage, self._free, key)
 
     def _free(self, key: int) -> None:
-        self.current -= self._live.pop(key, 0)
+        self._current -= self._live.pop(key, 0)
 
 
 class _Watcher(TorchDispatchMode):
@@ -77,7 +92,7 @@ class track_memory:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-            self._start = torch.cuda.memory_allocated(self.device)
+            self.trace._cuda_start = torch.cuda.memory_allocated(self.device)
         else:
             self._watcher = _Watcher(self.trace, self.device)
             self._watcher.__enter__()
@@ -86,7 +101,9 @@ class track_memory:
     def __exit__(self, *exc) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-            self.trace.peak = torch.cuda.max_memory_allocated(self.device) - self._start
-            self.trace.current = torch.cuda.memory_allocated(self.device) - self._start
+            start = self.trace._cuda_start
+            self.trace._current = torch.cuda.memory_allocated(self.device) - start
+            self.trace._peak = torch.cuda.max_memory_allocated(self.device) - start
+            self.trace._cuda_start = None  # frozen at the block's end, like the CPU's figures
         else:
             self._watcher.__exit__(*exc)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ import torch
 
 from grader.runner import run_exercise
 
-STATES = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
+pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
 # ---------------------------------------------------------------- correct, written differently
@@ -19,10 +21,15 @@ def nbytes_meta(shape, dtype):
     return torch.empty(tuple(shape), dtype=dtype, device="meta").nbytes
 
 
-def nbytes_bits(shape, dtype):
-    bits = torch.finfo(dtype).bits if dtype.is_floating_point or dtype.is_complex and False else None
-    size = torch.tensor([], dtype=dtype).element_size()
-    return int(math.prod(shape)) * size
+def nbytes_itemsize(shape, dtype):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n * dtype.itemsize
+
+
+def nbytes_one_element(shape, dtype):
+    return int(math.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
 
 
 def training_table(num_params, num_activations, optimizer, dtype=torch.float32):
@@ -34,6 +41,22 @@ def training_table(num_params, num_activations, optimizer, dtype=torch.float32):
                activations=num_activations * b)
     out["total"] = sum(out.values())
     return out
+
+
+def training_match(num_params, num_activations, optimizer, dtype=torch.float32):
+    match optimizer:
+        case "sgd":
+            states = 0
+        case "momentum" | "adagrad":
+            states = 1
+        case "adam":
+            states = 2
+        case _:
+            raise ValueError(f"no such optimizer: {optimizer}")
+    size = dtype.itemsize
+    params = grads = num_params * size
+    return {"params": params, "grads": grads, "optimizer_state": states * params,
+            "activations": num_activations * size, "total": (2 + states) * params + num_activations * size}
 
 
 def compact_empty_copy(x):
@@ -68,16 +91,28 @@ def batch_zero_copy(data, batch_size, context_length, device):
     return window[:, :-1].to(device), window[:, 1:].to(device)
 
 
+def batch_fancy_index(data, batch_size, context_length, device):
+    last = len(data) - context_length - 1
+    if last < 0:
+        raise ValueError("need context_length + 1 tokens")
+    starts = np.array([random.randint(0, last) for _ in range(batch_size)])  # randint includes its bound
+    window = torch.tensor(data[starts[:, None] + np.arange(context_length + 1)].astype(np.int64), device=device)
+    return window[:, :-1], window[:, 1:]
+
+
 CORRECT = [
     ("get_memory_usage", lambda x: x.numel() * x.element_size()),
     ("get_memory_usage", lambda x: x.nelement() * torch.empty((), dtype=x.dtype).element_size()),
-    ("tensor_nbytes", nbytes_meta), ("tensor_nbytes", nbytes_bits),
-    ("training_memory", training_table),
+    ("get_memory_usage", lambda x: x.nbytes),
+    ("get_memory_usage", lambda x: math.prod(x.shape) * x.dtype.itemsize),
+    ("tensor_nbytes", nbytes_meta), ("tensor_nbytes", nbytes_itemsize), ("tensor_nbytes", nbytes_one_element),
+    ("training_memory", training_table), ("training_memory", training_match),
     ("max_params", lambda memory_bytes, bytes_per_param: int(memory_bytes // bytes_per_param)),
-    ("max_params", lambda m, b: math.floor(m / b) if isinstance(m, int) and isinstance(b, int) and m < 2**52
-     else int(m // b)),
+    ("max_params", lambda m, b: math.floor(m / b)),
     ("compact", lambda x: x.clone()), ("compact", compact_empty_copy), ("compact", compact_if_needed),
-    ("get_batch", batch_from_numpy), ("get_batch", batch_zero_copy),
+    ("compact", lambda x: torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)),
+    ("compact", lambda x: x.detach().clone().contiguous()),
+    ("get_batch", batch_from_numpy), ("get_batch", batch_zero_copy), ("get_batch", batch_fancy_index),
 ]
 
 
@@ -99,6 +134,16 @@ def batch_never_last(data, batch_size, context_length, device):
     return x.to(device), y.to(device)
 
 
+def batch_one_past_last(data, batch_size, context_length, device):
+    if len(data) < context_length + 1:
+        raise ValueError("too short")
+    starts = [random.randint(0, len(data) - context_length) for _ in range(batch_size)]  # one start too many
+    window = [np.asarray(data[s:s + context_length + 1], dtype=np.int64) for s in starts]
+    x = torch.tensor(np.stack([w[:-1] for w in window]))
+    y = torch.tensor(np.stack([w[1:] for w in window]))
+    return x.to(device), y.to(device)
+
+
 def batch_reads_everything(data, batch_size, context_length, device):
     tokens = torch.tensor(np.array(data), dtype=torch.int64)  # the whole file in memory
     if len(tokens) < context_length + 1:
@@ -108,14 +153,44 @@ def batch_reads_everything(data, batch_size, context_length, device):
     return tokens[rows][:, :-1].to(device), tokens[rows][:, 1:].to(device)
 
 
+def batch_astype_everything(data, batch_size, context_length, device):
+    return batch_zero_copy(data.astype(np.int64), batch_size, context_length, device)  # converts the whole file
+
+
+def batch_from_file(data, batch_size, context_length, device):
+    return batch_from_numpy(np.fromfile(data.filename, dtype=np.uint16), batch_size, context_length, device)
+
+
+def batch_long_everything(data, batch_size, context_length, device):
+    tokens = torch.from_numpy(data).long()  # a zero-copy view, then a full int64 copy
+    if len(tokens) < context_length + 1:
+        raise ValueError("too short")
+    rows = torch.randint(len(tokens) - context_length, (batch_size,))[:, None] + torch.arange(context_length + 1)
+    return tokens[rows][:, :-1].to(device), tokens[rows][:, 1:].to(device)
+
+
 def batch_unshifted(data, batch_size, context_length, device):
     x, _ = batch_from_numpy(data, batch_size, context_length, device)
     return x, x.clone()
 
 
-def batch_uint16(data, batch_size, context_length, device):
+def batch_int32(data, batch_size, context_length, device):
     x, y = batch_zero_copy(data, batch_size, context_length, device)
     return x.to(torch.int32), y.to(torch.int32)
+
+
+def batch_uint16(data, batch_size, context_length, device):
+    if len(data) < context_length + 1:
+        raise ValueError("too short")
+    starts = np.random.randint(0, len(data) - context_length, size=batch_size)
+    x = np.stack([data[s:s + context_length] for s in starts])  # stays uint16
+    y = np.stack([data[s + 1:s + 1 + context_length] for s in starts])
+    return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+
+def batch_numpy_arrays(data, batch_size, context_length, device):
+    x, y = batch_from_numpy(data, batch_size, context_length, device)
+    return x.numpy(), y.numpy()
 
 
 def batch_no_check(data, batch_size, context_length, device):
@@ -125,9 +200,30 @@ def batch_no_check(data, batch_size, context_length, device):
     return window[:, :-1], window[:, 1:]
 
 
+def batch_one_start(data, batch_size, context_length, device):
+    if len(data) < context_length + 1:
+        raise ValueError("too short")
+    s = int(torch.randint(len(data) - context_length, ()))  # one start repeated for the whole batch
+    w = torch.from_numpy(data[s:s + context_length + 1].astype(np.int64))
+    return w[:-1].repeat(batch_size, 1).to(device), w[1:].repeat(batch_size, 1).to(device)
+
+
+def batch_ignores_device(data, batch_size, context_length, device):
+    return batch_zero_copy(data, batch_size, context_length, "cpu")
+
+
+def batch_same_every_call(data, batch_size, context_length, device):
+    if len(data) < context_length + 1:
+        raise ValueError("too short")
+    g = torch.Generator().manual_seed(0)  # a fixed generator: the same windows on every call
+    rows = torch.randint(len(data) - context_length, (batch_size,), generator=g)[:, None] \
+        + torch.arange(context_length + 1)
+    window = torch.from_numpy(data)[rows].long()
+    return window[:, :-1].to(device), window[:, 1:].to(device)
+
+
 def training_adam_one_state(num_params, num_activations, optimizer, dtype=torch.float32):
-    out = training_table(num_params, num_activations, "momentum" if optimizer == "adam" else optimizer, dtype)
-    return out
+    return training_table(num_params, num_activations, "momentum" if optimizer == "adam" else optimizer, dtype)
 
 
 def training_four_bytes(num_params, num_activations, optimizer, dtype=torch.float32):
@@ -140,21 +236,64 @@ def training_no_grads(num_params, num_activations, optimizer, dtype=torch.float3
     return out
 
 
+def training_total_without_activations(num_params, num_activations, optimizer, dtype=torch.float32):
+    out = training_table(num_params, num_activations, optimizer, dtype)
+    out["total"] -= out["activations"]
+    return out
+
+
+def training_key_error(num_params, num_activations, optimizer, dtype=torch.float32):
+    states = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}[optimizer]  # KeyError, not ValueError
+    return training_table(num_params, num_activations, ["sgd", "momentum", "adam"][states], dtype)
+
+
+def training_floats(num_params, num_activations, optimizer, dtype=torch.float32):
+    return {k: v / 1 for k, v in training_table(num_params, num_activations, optimizer, dtype).items()}
+
+
+def compact_wiping_input(x):
+    out = x.clone()
+    x.zero_()  # right output, but the caller's tensor is destroyed
+    return out
+
+
+class _Small(torch.Tensor):
+    """A view that claims a small storage."""
+
+    def untyped_storage(self):
+        return super().clone().untyped_storage()
+
+
 WRONG = [
-    ("get_memory_usage", lambda x: x.numel() * 4),
-    ("get_memory_usage", lambda x: x.untyped_storage().nbytes()),
+    ("get_memory_usage", lambda x: x.numel() * 4),                       # 0: float32's size for every dtype
+    ("get_memory_usage", lambda x: x.untyped_storage().nbytes()),        # 1: the storage of a view
     ("get_memory_usage", lambda x: float(x.numel() * x.element_size())),
     ("get_memory_usage", lambda x: torch.tensor(x.numel() * x.element_size())),
-    ("tensor_nbytes", lambda shape, dtype: torch.empty(tuple(shape), dtype=dtype).nbytes),
+    ("get_memory_usage", lambda x: x.numel()),                           # elements, not bytes
+    ("get_memory_usage", lambda x: sys.getsizeof(x)),
+    ("get_memory_usage", lambda x: np.int64(x.numel() * x.element_size())),
+    ("tensor_nbytes", lambda shape, dtype: torch.empty(tuple(shape), dtype=dtype).nbytes),  # allocates
+    ("tensor_nbytes", lambda shape, dtype: torch.zeros(tuple(shape), dtype=dtype).element_size()
+     * math.prod(shape)),
     ("tensor_nbytes", lambda shape, dtype: int(math.prod(shape)) * 4),
+    ("tensor_nbytes", lambda shape, dtype: math.prod(shape) * torch.finfo(dtype).bits // 8),
+    ("tensor_nbytes", lambda shape, dtype: math.prod(shape) * dtype.itemsize / 1),
     ("training_memory", training_adam_one_state), ("training_memory", training_four_bytes),
-    ("training_memory", training_no_grads),
+    ("training_memory", training_no_grads), ("training_memory", training_total_without_activations),
+    ("training_memory", training_key_error), ("training_memory", training_floats),
     ("max_params", lambda m, b: math.ceil(m / b)), ("max_params", lambda m, b: m / b),
-    ("max_params", lambda m, b: int(b // m)),
-    ("compact", lambda x: x.contiguous()), ("compact", lambda x: x.view(x.shape) if x.is_contiguous() else x.clone()),
-    ("compact", lambda x: x.detach()),
-    ("get_batch", batch_never_last), ("get_batch", batch_reads_everything), ("get_batch", batch_unshifted),
-    ("get_batch", batch_uint16), ("get_batch", batch_no_check),
+    ("max_params", lambda m, b: int(b // m)), ("max_params", lambda m, b: round(m / b)),
+    ("compact", lambda x: x.contiguous()),                               # 22: returns the view itself
+    ("compact", lambda x: x.view(x.shape) if x.is_contiguous() else x.clone()),
+    ("compact", lambda x: x.detach()), ("compact", lambda x: x[...]), ("compact", lambda x: x.reshape(x.shape)),
+    ("compact", compact_wiping_input),
+    ("compact", lambda x: x.as_subclass(_Small)),
+    ("get_batch", batch_never_last),                                     # 29: never the last window
+    ("get_batch", batch_reads_everything),                               # 30: the whole memmap in memory
+    ("get_batch", batch_astype_everything), ("get_batch", batch_from_file), ("get_batch", batch_long_everything),
+    ("get_batch", batch_one_past_last), ("get_batch", batch_unshifted), ("get_batch", batch_int32),
+    ("get_batch", batch_uint16), ("get_batch", batch_numpy_arrays), ("get_batch", batch_no_check),
+    ("get_batch", batch_one_start), ("get_batch", batch_ignores_device), ("get_batch", batch_same_every_call),
 ]
 
 
@@ -172,8 +311,25 @@ def test_wrong_answers_get_a_readable_message(name, fn):
             assert c.message and "Traceback" not in c.message and len(c.message) < 600
 
 
-def test_public_checks_catch_the_classic_mistakes():
+CLASSIC = {"numel() * 4": 0, "bytes of a view's storage": 1, "a compact that returns the view": 22,
+           "never the last window": 29, "np.array(data)": 30, "data.astype": 31, "np.fromfile": 32,
+           "torch.from_numpy(data).long()": 33}
+
+
+@pytest.mark.parametrize("mistake", CLASSIC)
+def test_public_checks_catch_the_classic_mistakes(mistake):
     """numel()*4, the storage of a view, a compact that returns a view, the last window never drawn,
-    the whole memmap read into memory."""
-    for name, fn in [WRONG[0], WRONG[1], WRONG[12], WRONG[15], WRONG[16]]:
-        assert run_exercise(f"memory.{name}", fn).status != "passed", name
+    the whole memmap read into memory: caught before grading, not only by hidden checks."""
+    name, fn = WRONG[CLASSIC[mistake]]
+    assert run_exercise(f"memory.{name}", fn).status != "passed", mistake
+
+
+def test_reading_the_whole_file_is_caught_by_every_measure():
+    """Each way of noticing a whole read reports it on its own (so one failing measure cannot hide it)."""
+    from grader.scenarios import memory as scenarios
+
+    got = scenarios.pages_read(batch_reads_everything, 2**23, 8, 32, 0)
+    assert got["pages"] and all(p == got["file_pages"] for p in got["pages"].values()), got
+    assert got["numpy_peak"] >= got["file_bytes"], got
+    fine = scenarios.pages_read(batch_zero_copy, 2**23, 8, 32, 0)
+    assert all(p <= 2 * 8 for p in fine["pages"].values()) and fine["numpy_peak"] < 2**16, fine

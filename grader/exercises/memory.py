@@ -11,9 +11,9 @@ from grader.scenarios import memory as scenarios
 
 GET_MEMORY_USAGE = exercise("memory.get_memory_usage", points=1)
 TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1)
+COMPACT = exercise("memory.compact", points=2)
 TRAINING_MEMORY = exercise("memory.training_memory", points=2)
 MAX_PARAMS = exercise("memory.max_params", points=1)
-COMPACT = exercise("memory.compact", points=2)
 GET_BATCH = exercise("memory.get_batch", points=3)
 
 # Bytes per element of every dtype, from the formats' definitions (literals: the check computes nothing the
@@ -73,9 +73,17 @@ def small_shapes(tensor_nbytes):
 
 
 @TENSOR_NBYTES.check
+def every_kind_of_dtype(tensor_nbytes):
+    """bool and int8 take 1 byte per element, float8 1, complex64 8, int64 8"""
+    for dtype in (torch.bool, torch.int8, torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64, torch.int64):
+        expect_nbytes(tensor_nbytes, (3, 7), dtype, 21 * ELEMENT_BYTES[dtype])
+
+
+@TENSOR_NBYTES.check
 def without_allocating(tensor_nbytes):
-    """a (1_000_000, 1_000_000) float32 tensor is 4 TB: the answer comes without allocating it"""
+    """(10**6, 10**6) float32 is 4 TB and (10**9, 10**9) int64 8 EB: computed, never allocated"""
     expect_nbytes(tensor_nbytes, (1_000_000, 1_000_000), torch.float32, 4 * 10**12)
+    expect_nbytes(tensor_nbytes, (10**9, 10**9), torch.int64, 8 * 10**18)
 
 
 @TENSOR_NBYTES.check
@@ -198,8 +206,14 @@ def expect_batches(out, tokens: list[int], batch_size: int, context_length: int,
     returns the start positions seen."""
     data = torch.tensor(tokens, dtype=torch.int64)
     starts = set()
-    for x, y in out:
+    for pair in out:
+        if type(pair) not in (tuple, list) or len(pair) != 2:
+            fail(f"{what} should return a pair (x, y), got {describe(pair)}")
+        x, y = pair
         for name, t in (("x", x), ("y", y)):
+            if isinstance(t, torch.Tensor) and t.dtype != torch.int64:
+                fail(f"{what}: {name} has dtype {t.dtype}; token ids must come out as int64 (torch.long), the "
+                     "dtype embeddings and losses take, whatever the file stores")
             expect_tensor_like(t, (batch_size, context_length), torch.int64, "cpu", f"{what}: {name}")
         expect(bool((y[:, :-1] == x[:, 1:]).all()), f"{what}: y must be x shifted by one token "
                                                      "(y[:, :-1] == x[:, 1:])")
@@ -242,11 +256,22 @@ def too_short(get_batch):
 
 @GET_BATCH.check
 def reads_only_what_it_needs(get_batch):
-    """on a memmap of 256 MiB, one batch touches a few pages, not the whole file"""
-    out = run_scenario(scenarios.pages_touched, get_batch, 2**27, 8, 32, 2)
-    expect(out["shapes"] == ((8, 32), (8, 32)), f"get_batch on a large memmap returned shapes {out['shapes']}")
-    # Reading the whole file faults on all 65536 of its pages (and as many for the copy); a batch on a few.
-    limit = out["file_pages"] // 8
-    expect(out["faults"] < limit, f"one get_batch call on a memmap of 2^27 tokens touched {out['faults']} memory "
-                                  f"pages (the file has {out['file_pages']}): it reads the whole file instead of the "
-                                  "windows it needs (np.array(data), data[:] or torch.tensor(data) copy it all)")
+    """on a memmap of 2**23 tokens (16 MiB), one batch touches a few pages, not the whole file"""
+    expect_reads_little(get_batch, 8, 32, 2)
+
+
+def expect_reads_little(get_batch, batch_size: int, context_length: int, seed: int) -> None:
+    """One get_batch call on a memmap of 2**23 tokens touches under a quarter of the file's pages and copies
+    under a quarter of its bytes (a batch needs a page or two per window)."""
+    what = f"get_batch(memmap of 2**23 tokens, {batch_size}, {context_length}, 'cpu')"
+    out = run_scenario(scenarios.pages_read, get_batch, 2**23, batch_size, context_length, seed)
+    shapes = ((batch_size, context_length),) * 2
+    expect(out["shapes"] == shapes, f"{what} returned shapes {out['shapes']}, expected {shapes}")
+    whole = "it reads the whole file instead of the windows it needs (np.array(data), torch.tensor(data), " \
+            "data.astype(...) or np.fromfile copy it all; index the memmap with the windows' positions instead)"
+    for method, pages in out["pages"].items():
+        expect(pages < out["file_pages"] // 4,
+               f"{what} brought {pages} of the file's {out['file_pages']} pages into memory ({method}): {whole}")
+    expect(out["numpy_peak"] < out["file_bytes"] // 4,
+           f"{what} allocated {out['numpy_peak']:,} bytes of numpy arrays for a file of {out['file_bytes']:,} "
+           f"bytes: {whole}")

@@ -7,8 +7,8 @@ import torch
 
 from grader.exercises.memory import (COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE, MAX_PARAMS, STATES,
                                      TENSOR_NBYTES, TRAINING_MEMORY, expect_batches, expect_compact, expect_max,
-                                     expect_nbytes, expect_training, expect_usage)
-from grader.expect import expect, expect_raises
+                                     expect_nbytes, expect_reads_little, expect_training, expect_usage)
+from grader.expect import expect, expect_raises, fail
 from grader.inputs import layouts, randint, random_shape
 from grader.scenario import run_scenario
 from grader.scenarios import memory as scenarios
@@ -52,6 +52,15 @@ def random_sizes(training_memory):
                         list(STATES)[randint(0, 3)], dtypes[randint(0, 3)])
 
 
+@TRAINING_MEMORY.hidden
+def more_dtypes_and_unknown_names(training_memory):
+    """float8 and float64 sizes; 'adamw', 'rmsprop' and '' are unknown optimizers"""
+    expect_training(training_memory, 12345, 678, "adam", torch.float8_e4m3fn)
+    expect_training(training_memory, 12345, 678, "adagrad", torch.float64)
+    for name in ("adamw", "rmsprop", ""):
+        expect_raises(ValueError, lambda: training_memory(10, 10, name), f"training_memory(10, 10, {name!r})")
+
+
 @MAX_PARAMS.hidden
 def random_budgets(max_params):
     """random budgets and bytes per parameter, floats included"""
@@ -72,6 +81,16 @@ def random_views(compact):
         expect_compact(compact, big.transpose(0, 1)[:2], f"two rows of a transposed {tuple(big.shape)} tensor")
     expect_compact(compact, torch.randn(4, 5), "a tensor that is already compact")
     expect_compact(compact, torch.tensor(3.0), "a 0-dim tensor")
+    expect_compact(compact, torch.randn(40)[7:7], "an empty slice of a bigger tensor")
+
+
+@COMPACT.hidden
+def other_dtypes(compact):
+    """bool, int8, complex64 and float8 slices"""
+    base = torch.randn(64, 16)
+    for dtype in (torch.bool, torch.int8, torch.complex64, torch.float8_e4m3fn):
+        big = (base > 0) if dtype == torch.bool else base.to(dtype)
+        expect_compact(compact, big[3:5], f"a (2, 16) {dtype} slice of a (64, 16) tensor")
 
 
 @COMPACT.hidden
@@ -110,6 +129,7 @@ def exactly_one_window(get_batch):
 def random_draws_differ(get_batch):
     """two calls do not return the same windows every time"""
     out = run_scenario(scenarios.batches, get_batch, list(range(1000)), 4, 8, 6, 3)
+    expect_batches(out, list(range(1000)), 4, 8, "get_batch(memmap of 1000 tokens, 4, 8)")
     firsts = {tuple(x[:, 0].tolist()) for x, _ in out}
     expect(len(firsts) > 1, "get_batch returned the same windows on every call")
 
@@ -126,3 +146,32 @@ def one_token_short(get_batch):
     """exactly context_length tokens is one too few: ValueError"""
     expect_raises(ValueError, lambda: run_scenario(scenarios.batches, get_batch, list(range(5)), 1, 5, 1, 0),
                   "get_batch(memmap of 5 tokens, 1, 5)")
+
+
+@GET_BATCH.hidden
+def on_the_device_asked_for(get_batch):
+    """x and y are made on `device`: asked for the meta device, both are meta int64 tensors"""
+    out = run_scenario(scenarios.layout, get_batch, list(range(40)), 3, 6, "meta", 5)
+    expect(out["type"] == "tuple" and out["items"] is not None and len(out["items"]) == 2,
+           f"get_batch(memmap, 3, 6, 'meta') returned a {out['type']}, not (x, y)")
+    for name, item in zip("xy", out["items"]):
+        if (item["type"], item["device"], item["dtype"], item["shape"]) != ("Tensor", "meta", "torch.int64", (3, 6)):
+            fail(f"get_batch(memmap, 3, 6, device='meta') returned {name} as a {item['type']} of dtype "
+                 f"{item['dtype']}, shape {item['shape']} on {item['device']}: expected an int64 (3, 6) tensor on meta")
+
+
+@GET_BATCH.hidden
+def rows_start_at_their_own_positions(get_batch):
+    """each row of a batch has its own random start, not one start for the whole batch"""
+    out = run_scenario(scenarios.batches, get_batch, list(range(5000)), 8, 4, 5, 6)
+    starts = expect_batches(out, list(range(5000)), 8, 4, "get_batch(memmap of 5000 tokens, 8, 4)")
+    per_batch = [len(set(x[:, 0].tolist())) for x, _ in out]
+    expect(min(per_batch) > 1, "get_batch(memmap of 5000 tokens, 8, 4) gave every row of a batch the same start")
+    expect(len(starts) > 20, "get_batch(memmap of 5000 tokens, 8, 4): 40 rows started at only "
+                             f"{len(starts)} positions; starts must be independent and uniform")
+
+
+@GET_BATCH.hidden
+def large_batches_read_little(get_batch):
+    """64 windows of 16 tokens from a 16 MiB memmap still touch a small part of it"""
+    expect_reads_little(get_batch, 64, 16, 9)
