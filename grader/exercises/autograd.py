@@ -25,8 +25,8 @@ LINEAR_LOSS_GRAD = exercise("autograd.linear_loss_grad", points=2,
                             forbid=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward"))
 VJP = exercise("autograd.vjp", points=2, forbid=FUNCTIONAL)
 JACOBIAN = exercise("autograd.jacobian", points=2, forbid=FUNCTIONAL)
-SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"))
 GRADIENT_NORM_PENALTY = exercise("autograd.gradient_norm_penalty", points=2)
+SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"))
 ACCUMULATE_STEP = exercise("autograd.accumulate_step", points=3)
 
 
