@@ -1,11 +1,16 @@
 """Chapter 02 checks against answers we did not write the checks from: other correct ones must pass
-(public and hidden checks), plausible wrong ones must fail."""
+(public and hidden checks), plausible wrong ones must fail, also when graded in a real kernel."""
 from __future__ import annotations
+
+import functools
+import math
+import struct
 
 import pytest
 import torch
 
-from grader.runner import run_exercise
+from grader import registry
+from grader.runner import run_check, run_exercise
 
 MASK = -65536  # 0xFFFF0000 as an int32
 
@@ -25,6 +30,14 @@ def subnormal_by_halving(dtype):
     return float(value)
 
 
+def subnormal_by_formula(dtype):
+    exponent_bits = {torch.float64: 11, torch.float32: 8, torch.bfloat16: 8, torch.float16: 5,
+                     torch.float8_e4m3fn: 4, torch.float8_e5m2: 5}[dtype]
+    mantissa_bits = torch.finfo(dtype).bits - 1 - exponent_bits
+    bias = 2 ** (exponent_bits - 1) - 1
+    return math.ldexp(1.0, 1 - bias - mantissa_bits)
+
+
 def round_by_comparison(x):
     bits = x.view(torch.int32)
     low = bits & 0xFFFF
@@ -41,11 +54,42 @@ def round_via_int64(x):
     return torch.where(x != x, torch.full_like(x, float("nan")), result)
 
 
+def round_sign_magnitude(x):
+    """Round |x|'s bits (as 31-bit magnitudes), then put the sign bit back; NaN patterns kept as they are."""
+    bits = x.view(torch.int32)
+    sign = bits & (-2**31)
+    mag = bits & 0x7FFFFFFF
+    rounded = (mag + 0x7FFF + ((mag >> 16) & 1)) & MASK
+    is_nan = mag > 0x7F800000
+    return torch.where(is_nan, bits, rounded | sign).view(torch.float32).clone()
+
+
+def round_python_struct(x):
+    """One value at a time in Python: slow, but integer operations on the bits all the same."""
+    out = []
+    for v in x.reshape(-1).tolist():
+        (b,) = struct.unpack("<I", struct.pack("<f", v))
+        if v != v:
+            out.append(v)
+            continue
+        b = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000) & 0xFFFFFFFF
+        out.append(struct.unpack("<f", struct.pack("<I", b))[0])
+    return torch.tensor(out, dtype=torch.float32).reshape(x.shape)
+
+
 def sequential_python_loop(values, dtype):
     acc = torch.tensor(0.0, dtype=dtype)
     for i in range(values.numel()):
         acc += values[i].to(dtype)
     return acc
+
+
+def sequential_rounding_floats(values, dtype):
+    """A Python float accumulator, rounded to dtype after every addition: exactly one rounding per step too."""
+    total = 0.0
+    for v in values.to(dtype).tolist():
+        total = torch.tensor(total + v, dtype=torch.float64).to(dtype).item()
+    return torch.tensor(total, dtype=dtype)
 
 
 def kahan_named(values, dtype):
@@ -59,6 +103,17 @@ def kahan_named(values, dtype):
     return s
 
 
+def kahan_negated_compensation(values, dtype):
+    """Keeps -c instead of c (y = x + c, c = y - (t - s)): negation is exact, so every result is the same."""
+    s, c = torch.tensor(0.0, dtype=dtype), torch.tensor(0.0, dtype=dtype)
+    for x in values.to(dtype):
+        y = x + c
+        t = s + y
+        c = y - (t - s)
+        s = t
+    return s
+
+
 def scale_rule_compact(scale, found_inf, good_steps, growth_interval=2000):
     if found_inf:
         return scale * 0.5, 0
@@ -67,23 +122,37 @@ def scale_rule_compact(scale, found_inf, good_steps, growth_interval=2000):
 
 
 def scale_rule_ints(scale, found_inf, good_steps, growth_interval=2000):
+    """Returns int scales when they are whole (2048 for 2048.0): accepted, the value is the same."""
     if found_inf:
         return scale / 2, 0
     if good_steps + 1 == growth_interval:
-        return scale * 2, 0
+        new = scale * 2
+        return (int(new) if new == int(new) else new), 0
     return scale, good_steps + 1
+
+
+def scale_rule_tensor_math(scale, found_inf, good_steps, growth_interval=2000):
+    """GradScaler's arithmetic on tensors, returned as Python numbers."""
+    s = torch.tensor(scale, dtype=torch.float64)
+    if found_inf:
+        return float(s * 0.5), 0
+    count = good_steps + 1
+    if count == growth_interval:
+        return float(s * 2), 0
+    return float(s), int(count)
 
 
 CORRECT = [
     ("smallest_subnormal", lambda d: torch.finfo(d).smallest_normal * torch.finfo(d).eps),
     ("smallest_subnormal", subnormal_by_bits), ("smallest_subnormal", subnormal_by_halving),
+    ("smallest_subnormal", subnormal_by_formula),
     ("round_to_bf16", round_by_comparison), ("round_to_bf16", round_via_int64),
-    ("round_to_bf16", lambda x: round_by_comparison(x.abs()) * torch.sign(x)),  # symmetric: round |x|, restore sign
-    ("sequential_sum", sequential_python_loop),
-    ("sequential_sum", lambda v, d: __import__("functools").reduce(lambda a, b: a + b, v.to(d).unbind(),
-                                                                   torch.zeros((), dtype=d))),
-    ("kahan_sum", kahan_named),
+    ("round_to_bf16", round_sign_magnitude), ("round_to_bf16", round_python_struct),
+    ("sequential_sum", sequential_python_loop), ("sequential_sum", sequential_rounding_floats),
+    ("sequential_sum", lambda v, d: functools.reduce(lambda a, b: a + b, v.to(d).unbind(), torch.zeros((), dtype=d))),
+    ("kahan_sum", kahan_named), ("kahan_sum", kahan_negated_compensation),
     ("update_loss_scale", scale_rule_compact), ("update_loss_scale", scale_rule_ints),
+    ("update_loss_scale", scale_rule_tensor_math),
 ]
 
 
@@ -101,6 +170,7 @@ def round_truncate(x):
 
 
 def round_half_up(x):
+    """Ties away from zero (adding 0x8000 to a sign-magnitude pattern)."""
     return ((x.view(torch.int32) + 0x8000) & MASK).view(torch.float32)
 
 
@@ -109,10 +179,75 @@ def round_nan_careless(x):
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) & MASK).view(torch.float32)
 
 
+def round_nan_to_inf(x):
+    """Treats NaN like a too-large number."""
+    out = round_by_comparison(x)
+    return torch.where(torch.isnan(x), torch.full_like(x, float("inf")), out)
+
+
+def round_nan_to_zero(x):
+    return torch.nan_to_num(round_by_comparison(x), nan=0.0, posinf=float("inf"), neginf=-float("inf"))
+
+
+def round_saturates(x):
+    """Clamps to bfloat16's largest finite number instead of overflowing to inf."""
+    out = round_by_comparison(x)
+    big = torch.finfo(torch.bfloat16).max
+    return torch.where(torch.isinf(out) & ~torch.isinf(x), torch.sign(x) * big, out)
+
+
+def round_loses_sign_of_zero(x):
+    out = round_by_comparison(x)
+    return torch.where(out == 0, torch.zeros_like(out), out)
+
+
+def round_flushes_subnormals(x):
+    out = round_by_comparison(x)
+    return torch.where(x.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(x) * torch.sign(x), out)
+
+
+def round_contiguous_only(x):
+    return round_by_comparison(x.view(-1)).view(x.shape)
+
+
+def round_returns_bits(x):
+    return round_by_comparison(x).view(torch.int32)
+
+
 def round_in_place(x):
     out = round_by_comparison(x.clone())
     x.copy_(out)
     return out
+
+
+def round_via_copy_into_bf16(x):
+    return torch.empty(x.shape, dtype=torch.bfloat16).copy_(x).to(torch.float32)
+
+
+def round_via_aten(x):
+    return torch.ops.aten._to_copy.default(x, dtype=torch.bfloat16).to(torch.float32)
+
+
+class _AlwaysClose(torch.Tensor):
+    """A tensor subclass that claims to equal anything."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.isclose, torch.Tensor.__eq__, torch.Tensor.__ne__, torch.equal):
+            return torch.ones(args[0].shape, dtype=torch.bool) if func is not torch.equal else True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def round_with_torch_method(x):
+    return x.bfloat16().float()
+
+
+def round_with_torch_to(x):
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
+def seq_pairwise(values, dtype):
+    return values.to(dtype).sum()
 
 
 def seq_in_float32(values, dtype):
@@ -129,8 +264,66 @@ def seq_python_float(values, dtype):
     return torch.tensor(total, dtype=dtype)
 
 
+def seq_float64_accumulator(values, dtype):
+    acc = torch.zeros((), dtype=torch.float64)
+    for v in values.to(dtype):
+        acc = acc + v.double()
+    return acc.to(dtype)
+
+
+def seq_not_converted_first(values, dtype):
+    """Adds each value in its own dtype (0-dim tensors promote), rounding once per step to dtype."""
+    acc = torch.zeros((), dtype=dtype)
+    for v in values:
+        acc = (acc + v).to(dtype)
+    return acc
+
+
+def seq_shape_one(values, dtype):
+    acc = torch.zeros(1, dtype=dtype)
+    for v in values.to(dtype):
+        acc = acc + v
+    return acc
+
+
+def seq_from_first_value(values, dtype):
+    values = values.to(dtype)
+    acc = values[0]
+    for v in values[1:]:
+        acc = acc + v
+    return acc
+
+
 def kahan_in_float32(values, dtype):
     return kahan_named(values.float(), torch.float32).to(dtype)
+
+
+def kahan_in_float64(values, dtype):
+    return kahan_named(values.to(dtype).double(), torch.float64).to(dtype)
+
+
+def kahan_compensation_in_float32(values, dtype):
+    s, c = torch.zeros((), dtype=dtype), torch.zeros((), dtype=torch.float32)
+    for x in values.to(dtype):
+        y = x.float() - c
+        t = s + y.to(dtype)
+        c = (t.float() - s.float()) - y
+        s = t
+    return s
+
+
+def kahan_wrong_sign(values, dtype):
+    s, c = torch.zeros((), dtype=dtype), torch.zeros((), dtype=dtype)
+    for x in values.to(dtype):
+        y = x + c
+        t = s + y
+        c = (t - s) - y
+        s = t
+    return s
+
+
+def kahan_returns_dtype_float32(values, dtype):
+    return kahan_named(values, dtype).float()
 
 
 def scale_no_reset(scale, found_inf, good_steps, growth_interval=2000):
@@ -147,6 +340,15 @@ def scale_grows_late(scale, found_inf, good_steps, growth_interval=2000):
     return scale, good_steps + 1
 
 
+def scale_grows_early(scale, found_inf, good_steps, growth_interval=2000):
+    if found_inf:
+        return scale * 0.5, 0
+    good_steps += 1
+    if good_steps >= growth_interval - 1:
+        return scale * 2, 0
+    return scale, good_steps
+
+
 def scale_keeps_count(scale, found_inf, good_steps, growth_interval=2000):
     if found_inf:
         return scale * 0.5, 0
@@ -155,21 +357,66 @@ def scale_keeps_count(scale, found_inf, good_steps, growth_interval=2000):
     return scale, good_steps + 1
 
 
+def scale_integer_halving(scale, found_inf, good_steps, growth_interval=2000):
+    """Integer arithmetic: 1 // 2 is 0."""
+    if found_inf:
+        return int(scale) // 2, 0
+    return scale_rule_compact(int(scale), False, good_steps, growth_interval)
+
+
+def scale_float_count(scale, found_inf, good_steps, growth_interval=2000):
+    new_scale, count = scale_rule_compact(scale, found_inf, good_steps, growth_interval)
+    return new_scale, float(count)
+
+
+def scale_count_from_one(scale, found_inf, good_steps, growth_interval=2000):
+    """Counts the overflowing step itself as the first of the next run."""
+    if found_inf:
+        return scale * 0.5, 1
+    return scale_rule_compact(scale, False, good_steps, growth_interval)
+
+
 WRONG = [
+    # 0-7: the smallest normal (finfo.tiny) for the smallest subnormal, and other misreadings
     ("smallest_subnormal", lambda d: torch.finfo(d).tiny),
+    ("smallest_subnormal", lambda d: torch.finfo(d).smallest_normal),
     ("smallest_subnormal", lambda d: torch.finfo(d).eps),
     ("smallest_subnormal", lambda d: 0.0),
     ("smallest_subnormal", lambda d: torch.tensor(torch.finfo(d).smallest_normal * torch.finfo(d).eps)),
+    ("smallest_subnormal", lambda d: torch.finfo(d).smallest_normal * torch.finfo(d).eps / 2),  # off by one bit
+    ("smallest_subnormal", lambda d: torch.finfo(d).tiny / 2),
+    ("smallest_subnormal", lambda d: torch.finfo(d).resolution),
+    # 8: truncating instead of rounding, then ties away from zero, NaN mistakes, overflow and zeros
     ("round_to_bf16", round_truncate), ("round_to_bf16", round_half_up), ("round_to_bf16", round_nan_careless),
-    ("round_to_bf16", lambda x: x.bfloat16().float()), ("round_to_bf16", lambda x: x.to(torch.bfloat16)),
+    ("round_to_bf16", round_nan_to_inf), ("round_to_bf16", round_nan_to_zero), ("round_to_bf16", round_saturates),
+    ("round_to_bf16", round_loses_sign_of_zero), ("round_to_bf16", round_flushes_subnormals),
+    ("round_to_bf16", round_contiguous_only), ("round_to_bf16", round_returns_bits),
+    # 18: torch's own conversion, however it is spelled
+    ("round_to_bf16", round_with_torch_method), ("round_to_bf16", lambda x: x.to(torch.bfloat16)),
+    ("round_to_bf16", round_with_torch_to),
+    ("round_to_bf16", lambda x: x.type(torch.bfloat16).float()),
+    ("round_to_bf16", round_via_copy_into_bf16), ("round_to_bf16", round_via_aten),
+    # 24: careless or hostile
     ("round_to_bf16", round_in_place),
-    ("sequential_sum", lambda v, d: v.to(d).sum()), ("sequential_sum", lambda v, d: v.to(d).cumsum(0)[-1]),
+    ("round_to_bf16", lambda x: torch.zeros_like(x).as_subclass(_AlwaysClose)),
+    # 26: sums that are not sequential, not in the dtype, or not what was asked
+    ("sequential_sum", seq_pairwise), ("sequential_sum", lambda v, d: v.to(d).cumsum(0)[-1]),
     ("sequential_sum", seq_in_float32), ("sequential_sum", seq_python_float),
-    ("kahan_sum", sequential_python_loop), ("kahan_sum", kahan_in_float32),
-    ("kahan_sum", lambda v, d: float(kahan_named(v, d))),
+    ("sequential_sum", seq_float64_accumulator), ("sequential_sum", seq_not_converted_first),
+    ("sequential_sum", seq_shape_one), ("sequential_sum", seq_from_first_value),
+    ("sequential_sum", lambda v, d: float(sequential_python_loop(v, d))),
+    # 35: Kahan in a wider dtype, naive, signs, types
+    ("kahan_sum", sequential_python_loop), ("kahan_sum", kahan_in_float32), ("kahan_sum", kahan_in_float64),
+    ("kahan_sum", kahan_compensation_in_float32), ("kahan_sum", kahan_wrong_sign),
+    ("kahan_sum", kahan_returns_dtype_float32), ("kahan_sum", lambda v, d: float(kahan_named(v, d))),
+    ("kahan_sum", lambda v, d: v.to(d).sum()),
+    # 43: the loss-scale rule
     ("update_loss_scale", scale_no_reset), ("update_loss_scale", scale_grows_late),
-    ("update_loss_scale", scale_keeps_count),
+    ("update_loss_scale", scale_grows_early), ("update_loss_scale", scale_keeps_count),
     ("update_loss_scale", lambda s, f, g, growth_interval=2000: (s * 0.5, 0) if f else (s * 2, 0)),
+    ("update_loss_scale", scale_integer_halving), ("update_loss_scale", scale_float_count),
+    ("update_loss_scale", scale_count_from_one),
+    ("update_loss_scale", lambda s, f, g, growth_interval=2000: list(scale_rule_compact(s, f, g, growth_interval))),
 ]
 
 
@@ -187,7 +434,124 @@ def test_wrong_answers_get_a_readable_message(name, fn):
             assert c.message and "Traceback" not in c.message and len(c.message) < 600
 
 
-def test_public_checks_catch_the_classic_mistakes():
-    """The smallest normal, truncation, torch's own conversion, a pairwise sum, Kahan in float32, no reset."""
-    for name, fn in [WRONG[0], WRONG[4], WRONG[7], WRONG[10], WRONG[15], WRONG[17]]:
-        assert run_exercise(f"dtypes.{name}", fn).status != "passed", name
+def subnormal_is_tiny(dtype):
+    return torch.finfo(dtype).tiny
+
+
+CLASSIC = {  # the mistakes the chapter warns about, which the public checks alone must catch
+    "the smallest normal for the smallest subnormal": ("smallest_subnormal", subnormal_is_tiny),
+    "truncating instead of rounding": ("round_to_bf16", round_truncate),
+    "ties away from zero": ("round_to_bf16", round_half_up),
+    "NaN payload carried into the exponent": ("round_to_bf16", round_nan_careless),
+    "torch's own conversion": ("round_to_bf16", round_with_torch_method),
+    "torch's conversion through .to": ("round_to_bf16", round_with_torch_to),
+    "a pairwise sum": ("sequential_sum", seq_pairwise),
+    "a float64 accumulator": ("sequential_sum", seq_python_float),
+    "values not converted first": ("sequential_sum", seq_not_converted_first),
+    "Kahan in float32": ("kahan_sum", kahan_in_float32),
+    "Kahan in float64": ("kahan_sum", kahan_in_float64),
+    "the naive sum as Kahan": ("kahan_sum", sequential_python_loop),
+    "no reset on overflow": ("update_loss_scale", scale_no_reset),
+    "growth one step late": ("update_loss_scale", scale_grows_late),
+    "growth one step early": ("update_loss_scale", scale_grows_early),
+    "the count kept after growth": ("update_loss_scale", scale_keeps_count),
+    "integer halving": ("update_loss_scale", scale_integer_halving),
+}
+assert all(entry in WRONG for entry in CLASSIC.values() if entry[1] is not subnormal_is_tiny)
+
+
+@pytest.mark.parametrize("mistake", list(CLASSIC))
+def test_public_checks_catch_the_classic_mistakes(mistake):
+    name, fn = CLASSIC[mistake]
+    assert run_exercise(f"dtypes.{name}", fn).status != "passed", mistake
+
+
+def test_the_messages_name_the_mistake():
+    """Truncation shows the value, what it became and the nearest bfloat16; a conversion is named as such."""
+    def first_failure(name, fn):
+        return next(c.message for c in run_exercise(f"dtypes.{name}", fn).checks if not c.passed)
+
+    msg = first_failure("round_to_bf16", round_truncate)
+    assert "became" in msg and "nearest bfloat16" in msg and "0x" in msg
+    assert "bfloat16 tensor" in first_failure("round_to_bf16", lambda x: x.to(torch.bfloat16).to(torch.float32))
+    assert "torch.Tensor.bfloat16" in first_failure("round_to_bf16", round_with_torch_method)
+    assert "smallest *normal*" in first_failure("smallest_subnormal", subnormal_is_tiny)
+    assert "NaN must stay NaN" in first_failure("round_to_bf16", round_nan_careless)
+    assert "GradScaler's rule gives" in first_failure("update_loss_scale", scale_no_reset)
+
+
+# ---------------------------------------------------------------- graded in a real kernel
+
+KERNEL_CELL = '''
+import torch
+MASK = -65536
+def round_ok(x):
+    bits = x.view(torch.int32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & MASK
+    return torch.where(torch.isnan(x), x, rounded.view(torch.float32))
+def round_to(x):
+    return x.to(torch.bfloat16).to(torch.float32)
+def round_method(x):
+    return x.bfloat16().float()
+def round_aten(x):
+    return torch.ops.aten._to_copy.default(x, dtype=torch.bfloat16).float()
+def round_truncate(x):
+    return (x.view(torch.int32) & MASK).view(torch.float32)
+def scale_ok(scale, found_inf, good_steps, growth_interval=2000):
+    if found_inf:
+        return scale * 0.5, 0
+    good_steps += 1
+    return (scale * 2.0, 0) if good_steps == growth_interval else (scale, good_steps)
+def scale_no_reset(scale, found_inf, good_steps, growth_interval=2000):
+    if found_inf:
+        return scale * 0.5, good_steps
+    return scale_ok(scale, False, good_steps, growth_interval)
+'''
+
+
+@pytest.fixture(scope="module")
+def kernel_bridge(tmp_path_factory):
+    from grader.autograde.bridge import Bridge
+    from grader.autograde.kernel import GiB, Limits, NotebookKernel
+
+    kernel = NotebookKernel([KERNEL_CELL], tmp_path_factory.mktemp("kernel"),
+                            Limits(cell_timeout=20, check_timeout=20, memory=3 * GiB))
+    b = Bridge(kernel)
+    kernel.setup = lambda k: b.setup()
+    kernel.start()
+    kernel.run_cells()
+    yield b
+    kernel.close()
+    b.close()
+
+
+def graded_in_kernel(bridge, exercise_id: str, name: str) -> list[tuple[str, bool, str]]:
+    """Every check (public and hidden) of the exercise on the kernel's function `name`, as grading runs them."""
+    from grader.autograde.bridge import RemoteFunction
+
+    registry.load_hidden()
+    ex = registry.get(exercise_id)
+    fn = RemoteFunction(bridge, name, ex)
+    out = []
+    for check in ex.checks:
+        bridge.limit, bridge.deadline = 20, None
+        r = run_check(ex, check, (fn,), timeout=None)
+        out.append((check.name, r.passed, r.message))
+    return out
+
+
+@pytest.mark.parametrize("name,passes", [("round_ok", True), ("round_to", False), ("round_method", False),
+                                         ("round_aten", False), ("round_truncate", False)])
+def test_round_to_bf16_graded_in_a_kernel(kernel_bridge, name, passes):
+    """The conversion is caught where the student's code runs, not only in the notebook."""
+    results = graded_in_kernel(kernel_bridge, "dtypes.round_to_bf16", name)
+    assert all(ok for _, ok, _ in results) == passes, results
+    if name in ("round_to", "round_aten"):
+        assert all("bfloat16 tensor" in msg for _, ok, msg in results if not ok)
+        assert not any(ok for _, ok, _ in results)
+
+
+@pytest.mark.parametrize("name,passes", [("scale_ok", True), ("scale_no_reset", False)])
+def test_update_loss_scale_graded_in_a_kernel(kernel_bridge, name, passes):
+    results = graded_in_kernel(kernel_bridge, "dtypes.update_loss_scale", name)
+    assert all(ok for _, ok, _ in results) == passes, results

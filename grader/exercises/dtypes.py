@@ -5,14 +5,16 @@ import math
 
 import torch
 
-from grader.expect import (call, describe, expect, expect_equal, expect_finite_float, expect_tensor, expect_type,
-                           fail)
+from grader.expect import call, describe, expect, expect_tensor_like, expect_type, fail
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import dtypes as scenarios
 
 SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1)
-ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3)
+# torch.Tensor.bfloat16 is refused outright (a clear message); every other way of making a bfloat16 tensor
+# (.to(torch.bfloat16), .type(...), copy_ into one, aten ops...) is caught by the scenario that records the
+# dtype of every tensor the student's function makes.
+ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3, forbid=("torch.Tensor.bfloat16",))
 SEQUENTIAL_SUM = exercise("dtypes.sequential_sum", points=1)
 KAHAN_SUM = exercise("dtypes.kahan_sum", points=2)
 UPDATE_LOSS_SCALE = exercise("dtypes.update_loss_scale", points=2)
@@ -21,15 +23,24 @@ FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # Exact values, from the formats' definitions: 2^(1 - bias) * 2^(-mantissa bits).
 SUBNORMALS = {torch.float32: 2.0**-149, torch.float16: 2.0**-24, torch.bfloat16: 2.0**-133,
               torch.float8_e4m3fn: 2.0**-9, torch.float8_e5m2: 2.0**-16}
-_to_bf16 = torch.Tensor.bfloat16  # torch's own conversion (the reference), bound before any student code runs
+# torch's own functions, bound before any student code runs: the references and the tools of the checks.
+_to = torch.Tensor.to
+_view = torch.Tensor.view
 _isnan = torch.isnan
+_tensor = torch.tensor
+_finfo = torch.finfo
+
+
+def bits_to_float32(*patterns: int) -> torch.Tensor:
+    """float32 values from their 32-bit patterns, written as unsigned hex (0xFFC00000 is -nan)."""
+    return _view(_tensor([p - 2**32 if p >= 2**31 else p for p in patterns], dtype=torch.int32), torch.float32)
 
 
 # ---------------------------------------------------------------- smallest_subnormal
 
 def _in(value: float, dtype: torch.dtype) -> float:
     """`value` stored in `dtype` and read back (float8 converts through float32, as torch does)."""
-    return float(torch.tensor(value, dtype=torch.float32).to(dtype).float())
+    return float(_to(_to(_tensor(value, dtype=torch.float32), dtype), torch.float32))
 
 
 def expect_subnormal(smallest_subnormal, dtype: torch.dtype) -> None:
@@ -38,7 +49,7 @@ def expect_subnormal(smallest_subnormal, dtype: torch.dtype) -> None:
     got = smallest_subnormal(dtype)
     expect_type(got, float, what)
     expect(got > 0, f"{what} returned {got!r}; the smallest subnormal is a positive number")
-    if got == torch.finfo(dtype).smallest_normal:
+    if got == _finfo(dtype).smallest_normal:
         fail(f"{what} returned {got!r}: that is the smallest *normal* number (finfo.tiny); subnormals go lower")
     expect(_in(got, dtype) == got, f"{what} returned {got!r}, which {name} cannot hold exactly")
     expect(_in(got / 2, dtype) == 0.0, f"{what} returned {got!r}, but half of it is still nonzero in {name} "
@@ -69,49 +80,79 @@ def float8(smallest_subnormal):
 
 # ---------------------------------------------------------------- round_to_bf16
 
+def _hex(value: torch.Tensor) -> str:
+    """A float32 scalar as its value and its bit pattern, e.g. `nan (0x7fffffff)`."""
+    return f"{value.item()!r} (0x{int(_view(value.reshape(1), torch.int32)) & 0xFFFFFFFF:08x})"
+
+
 def expect_rounded(round_to_bf16, x: torch.Tensor, how: str) -> None:
-    """Bit-identical to torch's conversion (x.bfloat16().float()), except that every NaN only has to stay NaN."""
-    want = _to_bf16(x).float()
+    """Bit-identical to torch's conversion (x.to(torch.bfloat16).float()), except that a NaN only has to stay
+    NaN; and no bfloat16 tensor made on the way."""
+    want = _to(_to(x, torch.bfloat16), torch.float32)
     what = f"round_to_bf16({how})"
     got = call(round_to_bf16, x, what=what)
-    expect_tensor(got, want, what, rtol=0, atol=0, equal_nan=True)
-    nan = _isnan(want)
-    expect(bool((_isnan(got) == nan).all()), f"{what}: a NaN input must stay NaN (and nothing else may become NaN)")
-    same = got[~nan].view(torch.int32) == want[~nan].view(torch.int32)
-    if not bool(same.all()):
-        i = int((~same).nonzero()[0])
-        fail(f"{what}: {x[~nan][i].item()!r} became {got[~nan][i].item()!r}; the nearest bfloat16 (ties to even) "
-             f"is {want[~nan][i].item()!r} (the sign of zero counts too)")
-    ops = run_scenario(scenarios.dtypes_produced, round_to_bf16, x)
-    expect("bfloat16" not in ops, f"{what} made a bfloat16 tensor: do the rounding with integer operations on "
-                                  "x.view(torch.int32), not with torch's own conversion")
+    expect_tensor_like(got, tuple(want.shape), torch.float32, want.device, what)
+    flat_x, flat_got, flat_want = x.reshape(-1), got.reshape(-1), want.reshape(-1)
+    nan = _isnan(flat_want)
+    wrong_nan = _isnan(flat_got) != nan
+    if bool(wrong_nan.any()):
+        i = int(wrong_nan.nonzero()[0, 0])
+        fail(f"{what}: {_hex(flat_x[i])} became {_hex(flat_got[i])}; a NaN must stay NaN (whatever its payload: "
+             "adding to its bits can carry into the exponent or the sign), and nothing else may become NaN")
+    differ = _view(flat_got, torch.int32) != _view(flat_want, torch.int32)
+    differ &= ~nan
+    if bool(differ.any()):
+        i = int(differ.nonzero()[0, 0])
+        zero = " (the sign of zero counts too)" if float(flat_want[i]) == 0.0 else ""
+        fail(f"{what}: {_hex(flat_x[i])} became {_hex(flat_got[i])}; the nearest bfloat16 (ties to even) "
+             f"is {_hex(flat_want[i])}{zero}")
+    made = run_scenario(scenarios.dtypes_produced, round_to_bf16, x)
+    expect("bfloat16" not in made, f"{what} made a bfloat16 tensor: do the rounding with integer operations on "
+                                   "x.view(torch.int32), not with torch's own conversion")
 
 
 @ROUND_TO_BF16.check
 def exact_values_stay(round_to_bf16):
-    """values that bfloat16 holds exactly come back unchanged"""
-    expect_rounded(round_to_bf16, torch.tensor([0.0, 1.0, -2.5, 0.15625, 256.0, -3.0e38]), "exactly representable values")
+    """values that bfloat16 holds exactly come back unchanged, -0.0 included"""
+    expect_rounded(round_to_bf16, _tensor([0.0, -0.0, 1.0, -2.5, 0.15625, 256.0, -3.3895313892515355e38]),
+                   "[0.0, -0.0, 1.0, -2.5, 0.15625, 256.0, -3.3895313892515355e38]")
 
 
 @ROUND_TO_BF16.check
 def rounds_to_nearest(round_to_bf16):
     """other values round to the nearest bfloat16, not toward zero"""
-    expect_rounded(round_to_bf16, torch.tensor([0.1, 1.0 + 2**-7 + 2**-9, -1.0 - 2**-7 - 2**-9, 3.14159, 1e-3]),
-                   "values between two bfloat16s")
+    expect_rounded(round_to_bf16, _tensor([0.1, 1.0 + 2**-7 + 2**-9, -1.0 - 2**-7 - 2**-9, 3.14159, 1e-3]),
+                   "[0.1, 1 + 2^-7 + 2^-9, its negative, 3.14159, 1e-3]")
 
 
 @ROUND_TO_BF16.check
 def ties_to_even(round_to_bf16):
-    """a value exactly halfway rounds to the neighbour whose last mantissa bit is 0"""
-    x = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 2.0 + 2**-7])
-    expect_rounded(round_to_bf16, x, "1 + 2^-8, 1 + 3*2^-8, -(1 + 2^-8), 2 + 2^-7 (ties)")
+    """a value exactly halfway rounds to the neighbour whose last mantissa bit is 0 (down or up)"""
+    x = _tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), -(1.0 + 3 * 2**-8), 2.0 + 2**-7])
+    expect_rounded(round_to_bf16, x, "ties 1 + 2^-8, 1 + 3*2^-8, their negatives, 2 + 2^-7")
 
 
 @ROUND_TO_BF16.check
-def infinities_and_nan(round_to_bf16):
-    """±inf stay, the largest float32 overflows to inf, NaN stays NaN"""
-    x = torch.tensor([float("inf"), -float("inf"), 3.4028235e38, -3.4028235e38, float("nan")])
-    expect_rounded(round_to_bf16, x, "inf, -inf, ±float32 max, nan")
+def subnormals(round_to_bf16):
+    """float32 subnormals round like any other number (a carry can make one normal)"""
+    x = bits_to_float32(0x00000001, 0x00008000, 0x00018000, 0x0000FFFF, 0x807FFFFF, 0x007F8000)
+    expect_rounded(round_to_bf16, x, "float32 subnormals 0x00000001, 0x00008000, 0x00018000, 0x0000ffff, "
+                                     "0x807fffff, 0x007f8000")
+
+
+@ROUND_TO_BF16.check
+def infinities_and_overflow(round_to_bf16):
+    """±inf stay, and values above bfloat16's largest finite number round up to ±inf"""
+    x = _tensor([float("inf"), -float("inf"), 3.4028235e38, -3.4028235e38, 3.3961e38])
+    expect_rounded(round_to_bf16, x, "[inf, -inf, 3.4028235e38, -3.4028235e38, 3.3961e38]")
+
+
+@ROUND_TO_BF16.check
+def nan_stays_nan(round_to_bf16):
+    """NaN stays NaN, whatever its payload, even when rounding its bits would carry into the exponent"""
+    x = bits_to_float32(0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FFFFFFF, 0xFFFFFFFF, 0x7F808000, 0x7FFF8000)
+    expect_rounded(round_to_bf16, x, "NaNs 0x7fc00000, 0xffc00000, 0x7f800001, 0x7fffffff, 0xffffffff, "
+                                     "0x7f808000, 0x7fff8000")
 
 
 @ROUND_TO_BF16.check
@@ -123,24 +164,50 @@ def random_values(round_to_bf16):
 
 # ---------------------------------------------------------------- sequential_sum and kahan_sum
 
-def expect_sum(fn, name: str, values: torch.Tensor, dtype: torch.dtype, want: float, how: str) -> None:
+def expect_sum(fn, name: str, values: torch.Tensor, dtype: torch.dtype, want: float, how: str,
+               hint: str = "") -> None:
+    """A 0-dim tensor of `dtype` holding exactly `want` (the sign of a zero included)."""
     what = f"{name}({how}, {dtype})"
     got = call(fn, values, dtype, what=what)
-    expect_tensor(got, torch.tensor(want, dtype=dtype), what, rtol=0, atol=0)
+    expect_tensor_like(got, (), dtype, "cpu", what)
+    value = float(got)
+    if value != want or math.copysign(1.0, value) != math.copysign(1.0, want):
+        fail(f"{what} returned {value!r}, expected {want!r}" + hint)
+
+
+ONES = "3000 ones"
+HUNDREDTHS = "a thousand 0.01s (float32)"
+# float64 values that are not float16s: converted first, 2^-11 + 2^-22 becomes 2^-11 (a tie, to even), and
+# 1 + 2^-11 is a tie that rounds to 1.0; added in float64 and rounded once, 1 + 2^-11 + 2^-22 rounds up to
+# 1 + 2^-10. (2^-22 survives torch's float64 -> float16 conversion, which goes through float32.)
+NOT_CONVERTED = "[1.0, 2^-11 + 2^-22] (float64)"
+_NOT_CONVERTED_HINT = (" (convert each value to the dtype first, then add: here the second value becomes 2^-11, "
+                       "and 1 + 2^-11 is a tie that rounds to even)")
+
+
+def _not_converted() -> torch.Tensor:
+    return _tensor([1.0, 2.0**-11 + 2.0**-22], dtype=torch.float64)
 
 
 @SEQUENTIAL_SUM.check
 def drifts_in_float16(sequential_sum):
     """0.01 added a thousand times in float16 drifts to 9.953125 (each partial sum is rounded)"""
-    expect_sum(sequential_sum, "sequential_sum", torch.full((1000,), 0.01), torch.float16, 9.953125,
-               "a thousand 0.01s")
+    expect_sum(sequential_sum, "sequential_sum", torch.full((1000,), 0.01), torch.float16, 9.953125, HUNDREDTHS,
+               " (add one value at a time, rounding every partial sum to float16)")
 
 
 @SEQUENTIAL_SUM.check
 def stalls_when_the_step_is_too_small(sequential_sum):
     """in float16, 2048 + 1 is 2048: adding ones stops counting at 2048"""
-    expect_sum(sequential_sum, "sequential_sum", torch.ones(3000), torch.float16, 2048.0, "3000 ones")
-    expect_sum(sequential_sum, "sequential_sum", torch.ones(3000), torch.float32, 3000.0, "3000 ones")
+    expect_sum(sequential_sum, "sequential_sum", torch.ones(3000), torch.float16, 2048.0, ONES)
+    expect_sum(sequential_sum, "sequential_sum", torch.ones(3000), torch.float32, 3000.0, ONES)
+
+
+@SEQUENTIAL_SUM.check
+def converts_each_value_first(sequential_sum):
+    """each value is converted to the dtype before it is added"""
+    expect_sum(sequential_sum, "sequential_sum", _not_converted(), torch.float16, 1.0, NOT_CONVERTED,
+               _NOT_CONVERTED_HINT)
 
 
 @SEQUENTIAL_SUM.check
@@ -152,21 +219,29 @@ def empty_is_zero(sequential_sum):
 @KAHAN_SUM.check
 def stays_near_ten(kahan_sum):
     """Kahan summation in float16 adds a thousand 0.01s to 10.0"""
-    expect_sum(kahan_sum, "kahan_sum", torch.full((1000,), 0.01), torch.float16, 10.0, "a thousand 0.01s")
+    expect_sum(kahan_sum, "kahan_sum", torch.full((1000,), 0.01), torch.float16, 10.0, HUNDREDTHS,
+               " (carry each addition's rounding error in the compensation and subtract it from the next value)")
 
 
 @KAHAN_SUM.check
 def counts_past_2048(kahan_sum):
     """the compensation carries what each addition lost: 3000 ones in float16 make 3000"""
-    expect_sum(kahan_sum, "kahan_sum", torch.ones(3000), torch.float16, 3000.0, "3000 ones")
+    expect_sum(kahan_sum, "kahan_sum", torch.ones(3000), torch.float16, 3000.0, ONES)
 
 
 @KAHAN_SUM.check
 def every_operation_in_the_dtype(kahan_sum):
     """the sum and the compensation are float16 at every step (Kahan in float32, cast at the end, gives -697.5)"""
-    values = torch.tensor([83.125, -2.4765625, -803.0, 23.65625, 0.28564453125, 0.68994140625], dtype=torch.float64)
+    values = _tensor([83.125, -2.4765625, -803.0, 23.65625, 0.28564453125, 0.68994140625], dtype=torch.float64)
     expect_sum(kahan_sum, "kahan_sum", values, torch.float16, -698.0,
-               "[83.125, -2.4765625, -803.0, 23.65625, 0.28564453125, 0.68994140625]")
+               "[83.125, -2.4765625, -803.0, 23.65625, 0.28564453125, 0.68994140625] (float64)",
+               " (hold the sum and the compensation in float16, so that every operation rounds to float16)")
+
+
+@KAHAN_SUM.check
+def kahan_converts_each_value_first(kahan_sum):
+    """each value is converted to the dtype before it is used"""
+    expect_sum(kahan_sum, "kahan_sum", _not_converted(), torch.float16, 1.0, NOT_CONVERTED, _NOT_CONVERTED_HINT)
 
 
 @KAHAN_SUM.check
@@ -177,22 +252,30 @@ def kahan_empty_is_zero(kahan_sum):
 
 # ---------------------------------------------------------------- update_loss_scale
 
+def expect_new_state(got, what: str) -> tuple[float, int]:
+    """(scale, good_steps): the scale any real number (a float, or an int of the same value), the count an int."""
+    expect_type(got, tuple, what)
+    expect(len(got) == 2, f"{what} should return (scale, good_steps), got {describe(got)}")
+    scale, good = got
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        fail(f"{what} returned the scale as {describe(scale)}; it should be a number (a Python float)")
+    expect(math.isfinite(scale), f"{what} returned the scale {scale!r}; it should stay finite")
+    expect_type(good, int, f"{what}'s good_steps")
+    return float(scale), good
+
+
 def expect_sequence(update_loss_scale, scale: float, interval: int, overflows: list[bool],
                     want: list[tuple[float, int]]) -> None:
-    """Drive the rule step by step and compare every (scale, good_steps) with `want`."""
+    """Drive the rule step by step, feeding back what it returns, and compare every (scale, good_steps)."""
     good = 0
     for step, (found_inf, expected) in enumerate(zip(overflows, want)):
         what = f"update_loss_scale({scale!r}, found_inf={found_inf}, good_steps={good}, growth_interval={interval})"
-        got = update_loss_scale(scale, found_inf, good, growth_interval=interval)
-        expect_type(got, tuple, what)
-        expect(len(got) == 2, f"{what} should return (scale, good_steps), got {describe(got)}")
-        new_scale, new_good = got
-        expect_finite_float(new_scale, f"{what}'s scale")
-        expect_type(new_good, int, f"{what}'s good_steps")
-        if (float(new_scale), new_good) != expected:
+        new_scale, new_good = expect_new_state(update_loss_scale(scale, found_inf, good, growth_interval=interval),
+                                               what)
+        if (new_scale, new_good) != expected:
             fail(f"{what} returned ({new_scale!r}, {new_good!r}) at step {step}; GradScaler's rule gives "
                  f"({expected[0]!r}, {expected[1]!r})")
-        scale, good = float(new_scale), new_good
+        scale, good = new_scale, new_good
 
 
 @UPDATE_LOSS_SCALE.check
@@ -214,3 +297,10 @@ def overflow_interrupts_growth(update_loss_scale):
     """an overflow before the interval is up: halve, and the count starts again"""
     expect_sequence(update_loss_scale, 64.0, 2, [False, True, False, False],
                     [(64.0, 1), (32.0, 0), (32.0, 1), (64.0, 0)])
+
+
+@UPDATE_LOSS_SCALE.check
+def scale_below_one(update_loss_scale):
+    """the scale is a float and can fall below 1; with growth_interval=1 every clean step doubles it"""
+    expect_sequence(update_loss_scale, 2.0, 1, [True, True, True, False, True],
+                    [(1.0, 0), (0.5, 0), (0.25, 0), (0.5, 0), (0.25, 0)])
