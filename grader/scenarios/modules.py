@@ -1,0 +1,398 @@
+"""Chapter 06 scenarios: the student's modules built, run and described here, as plain data.
+
+Each scenario builds the student's class (or a model for the student's function) from plain arguments,
+drives it the way a training loop would (forward, backward, train/eval, `.to()`), and reports what it
+saw: parameter and buffer names, shapes and values, state_dict keys, outputs, gradients, hooks left.
+The checks compute every expected value themselves, from this data.
+
+A module can override any of its methods, so what a scenario reads it reads through nn.Module's own
+methods, bound here at import (`_named_parameters(model)`, not `model.named_parameters()`), and
+backward runs through `torch.autograd.backward` as it was at import: a student's forward that patches
+`torch.Tensor.backward` or `torch.autograd.grad` changes nothing a scenario measures.
+
+The special models (tied weights, a module used twice, frozen layers, named submodules) are built by
+the functions in MODELS, which the checks may call too: the check builds the same model from the same
+name, arguments and seed, and computes the expected answer from it.
+"""
+from collections import OrderedDict
+
+import torch
+import torch.nn.modules.module as _module_module
+from torch import nn
+
+from . import common
+
+_Tensor, _Parameter = torch.Tensor, nn.Parameter
+_named_parameters = nn.Module.named_parameters
+_named_buffers = nn.Module.named_buffers
+_named_children = nn.Module.named_children
+_named_modules = nn.Module.named_modules
+_state_dict = nn.Module.state_dict
+_load_state_dict = nn.Module.load_state_dict
+_train = nn.Module.train
+_to = nn.Module.to
+_backward = torch.autograd.backward
+_equal = torch.equal
+_manual_seed = torch.manual_seed
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks")
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+# ---------------------------------------------------------------- reading a module as data
+
+def _plain(x):
+    """A tensor as a detached copy (only exact torch.Tensor / Parameter: a subclass stays as it is)."""
+    if type(x) in (_Tensor, _Parameter):
+        return x.detach().clone()
+    return x
+
+
+def _grad_of(p):
+    g = p.grad
+    return None if g is None else _plain(g)
+
+
+def describe(model):
+    """Parameters (names, shapes, values, requires_grad, grads), buffers, state_dict and children, via nn.Module."""
+    params = list(_named_parameters(model))
+    buffers = list(_named_buffers(model))
+    return {
+        "parameters": [(name, tuple(p.shape)) for name, p in params],
+        "parameter_values": {name: _plain(p) for name, p in params},
+        "requires_grad": {name: bool(p.requires_grad) for name, p in params},
+        "grads": {name: _grad_of(p) for name, p in params},
+        "buffers": [(name, tuple(b.shape)) for name, b in buffers],
+        "state_dict": {k: _plain(v) for k, v in _state_dict(model).items()},
+        "children": [name for name, _ in _named_children(model)],
+    }
+
+
+def hooks_attached(model):
+    """Forward and backward hooks (and pre-hooks) attached to the model or any of its submodules."""
+    return sum(len(getattr(m, name, None) or ()) for _, m in _named_modules(model) for name in _MODULE_HOOKS)
+
+
+def global_hooks():
+    """Hooks registered for every module at once (nn.modules.module.register_module_forward_hook and kin)."""
+    return sum(len(getattr(_module_module, name, None) or ()) for name in _GLOBAL_HOOKS)
+
+
+def _unchanged(x, saved):
+    """Whether x still holds what `saved` copied (same shape, same values)."""
+    return tuple(x.shape) == tuple(saved.shape) and bool(_equal(x.detach(), saved))
+
+
+def _output_and_backward(model, x, g):
+    """model(x), then backward of (output * g).sum() when the output is a tensor of g's shape that has a graph.
+
+    Also whether the forward left its input as it was (a module must not write into its input)."""
+    saved = x.detach().clone()
+    y = model(x)
+    report = {"output": _plain(y), "input_unchanged": _unchanged(x, saved)}
+    if type(y) in (_Tensor, _Parameter) and tuple(y.shape) == tuple(g.shape) and y.requires_grad:
+        _backward([y], [g.to(y.dtype)])
+    del y
+    return report
+
+
+# ---------------------------------------------------------------- special models, by name
+
+class Residual(nn.Module):
+    """x + ff(norm(x)): a block whose submodules have names, not numbers."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.ff = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+    def forward(self, x):
+        return x + self.ff(self.norm(x))
+
+
+class Tower(nn.Module):
+    """An input layer, `depth` residual blocks and a head: qualified names like `blocks.1.ff.0`."""
+
+    def __init__(self, dim_in, dim, hidden, depth, dim_out):
+        super().__init__()
+        self.embed = nn.Linear(dim_in, dim)
+        self.blocks = nn.ModuleList([Residual(dim, hidden) for _ in range(depth)])
+        self.head = nn.Sequential(OrderedDict(norm=nn.LayerNorm(dim), out=nn.Linear(dim, dim_out)))
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+class Twice(nn.Module):
+    """One Linear run on the whole batch, then again on its first `rows` rows; an unused layer beside it."""
+
+    def __init__(self, dim, rows):
+        super().__init__()
+        self.shared = nn.Linear(dim, dim)
+        self.unused = nn.Linear(dim, 3)
+        self.rows = rows
+
+    def forward(self, x):
+        return self.shared(self.shared(x)[: self.rows])
+
+
+def tied_lm(vocab, dim, bias=False):
+    """Embedding and output layer sharing one (vocab, dim) weight, as in GPT-2: Sequential(embedding, head)."""
+    embedding = nn.Embedding(vocab, dim)
+    head = nn.Linear(dim, vocab, bias=bias)
+    head.weight = embedding.weight
+    return nn.Sequential(embedding, head)
+
+
+def reused(dim, times):
+    """The same Linear(dim, dim) run `times` times, with a ReLU between uses."""
+    layer = nn.Linear(dim, dim)
+    parts = []
+    for i in range(times):
+        parts += [layer] if i == 0 else [nn.ReLU(), layer]
+    return nn.Sequential(*parts)
+
+
+def frozen(specs, frozen_indices):
+    """Sequential of the specs with every parameter of the modules at `frozen_indices` set requires_grad=False."""
+    model = nn.Sequential(*[common.build(s) for s in specs])
+    for i in frozen_indices:
+        for p in model[i].parameters():
+            p.requires_grad_(False)
+    return model
+
+
+MODELS = {
+    "spec": common.build,
+    "tied_lm": tied_lm,
+    "reused": reused,
+    "frozen": frozen,
+    "tower": Tower,
+    "twice": Twice,
+}
+
+
+def build_model(name, args, seed):
+    """The model MODELS[name](*args), its parameters drawn after torch.manual_seed(seed)."""
+    _manual_seed(seed)
+    return MODELS[name](*args)
+
+
+# ---------------------------------------------------------------- MySequential and Concat
+
+def sequential_report(MySequential, specs, x, g, seed, run=True):
+    """MySequential(*modules built from specs): description, output on x, gradients of (output * g).sum().
+
+    Also whether each module given is one of its children (the very object), and its classes (MRO).
+    With run=False, the model is only built and described (no forward).
+    """
+    modules = common.build_all(specs, seed)
+    model = MySequential(*modules)
+    children = [child for _, child in _named_children(model)]
+    report = {"classes": [f"{c.__module__}.{c.__qualname__}" for c in type(model).__mro__],
+              "kept": [any(child is m for child in children) for m in modules]}
+    if run:
+        report.update(_output_and_backward(model, x, g))
+    report.update(describe(model))
+    report["module_grads"] = {f"{i}.{name}": _grad_of(p) for i, m in enumerate(modules)
+                              for name, p in _named_parameters(m)}
+    del model, modules, children
+    return report
+
+
+def sequential_eval_report(MySequential, specs, x, seed):
+    """MySequential(*modules) switched to eval(): the training flag of each module given, and the output."""
+    modules = common.build_all(specs, seed)
+    model = MySequential(*modules)
+    _train(model, False)
+    report = {"children_training": [bool(m.training) for m in modules], "output": _plain(model(x))}
+    del model, modules
+    return report
+
+
+def sequential_dtype_report(MySequential, specs, x, seed):
+    """MySequential(*modules).to(x.dtype): the dtypes of the modules' parameters afterwards, and the output."""
+    modules = common.build_all(specs, seed)
+    model = MySequential(*modules)
+    _to(model, x.dtype)
+    report = {"dtypes": [str(p.dtype) for m in modules for p in m.parameters()], "output": _plain(model(x))}
+    report["parameter_values"] = {f"{i}.{name}": _plain(p) for i, m in enumerate(modules)
+                                  for name, p in _named_parameters(m)}
+    del model, modules
+    return report
+
+
+def concat_report(Concat, spec1, spec2, x, g, seed, same=False):
+    """Concat(net1, net2) (net2 is net1 when `same`): output on x, gradients of (output * g).sum() for each net.
+
+    `registered` says, for each net, whether all its parameters are among the model's parameters.
+    """
+    net1, net2 = common.build_all([spec1, spec2], seed)
+    if same:
+        net2 = net1
+    model = Concat(net1, net2)
+    _train(model, False)
+    seen = {id(p) for _, p in _named_parameters(model)}
+    report = {"registered": [all(id(p) in seen for p in net.parameters()) for net in (net1, net2)],
+              "nets_training": [bool(net1.training), bool(net2.training)]}
+    report.update(_output_and_backward(model, x, g))
+    report.update(describe(model))
+    report["net_grads"] = [{name: _grad_of(p) for name, p in _named_parameters(net)} for net in (net1, net2)]
+    del model, net1, net2
+    return report
+
+
+# ---------------------------------------------------------------- Cruncher
+
+def cruncher_report(Cruncher, dim, num_layers, x, g, seed, dtype=None):
+    """Cruncher(dim, num_layers) made after manual_seed(seed) (and moved to `dtype`): description, output, grads."""
+    _manual_seed(seed)
+    model = Cruncher(dim, num_layers)
+    if dtype is not None:
+        _to(model, dtype)
+    report = describe(model)  # the weights as they were before any gradient
+    report.update(_output_and_backward(model, x, g))
+    report["grads"] = {name: _grad_of(p) for name, p in _named_parameters(model)}
+    del model
+    return report
+
+
+# ---------------------------------------------------------------- get_num_parameters
+
+def count_report(get_num_parameters, name, args, seed):
+    """get_num_parameters(model) for the model MODELS[name](*args), and whether the call left it as it was."""
+    model = build_model(name, args, seed)
+    before = [(n, p.requires_grad) for n, p in _named_parameters(model, remove_duplicate=False)]
+    count = get_num_parameters(model)
+    after = [(n, p.requires_grad) for n, p in _named_parameters(model, remove_duplicate=False)]
+    del model
+    return {"count": count, "unchanged": before == after}
+
+
+# ---------------------------------------------------------------- RunningMean
+
+def _where(model, name):
+    """Where a module keeps `name`: "buffer", "parameter", "attribute" (a plain attribute), or "missing"."""
+    if name in dict(_named_buffers(model, recurse=False)):
+        return "buffer"
+    if name in dict(_named_parameters(model, recurse=False)):
+        return "parameter"
+    if name in vars(model):
+        return "attribute"
+    return "missing"
+
+
+def _stored(model, name):
+    """The tensor the module keeps under `name`, wherever it keeps it (None when it keeps none)."""
+    for table in (dict(_named_buffers(model, recurse=False)), dict(_named_parameters(model, recurse=False)),
+                  vars(model)):
+        if name in table:
+            value = table[name]
+            return value if isinstance(value, _Tensor) else None
+    return None
+
+
+def _state(model):
+    mean, count = _stored(model, "mean"), _stored(model, "count")
+    return {"mean": _plain(mean), "count": _plain(count),
+            "mean_requires_grad": bool(getattr(mean, "requires_grad", False)),
+            "mean_has_graph": getattr(mean, "grad_fn", None) is not None}
+
+
+def running_mean_report(RunningMean, num_features, steps):
+    """RunningMean(num_features) driven through `steps`, a list of ("train" or "eval", batch) pairs.
+
+    Before the steps: where `mean` and `count` live, parameters, buffers, state_dict. After each step:
+    the mode, the output, and `mean` and `count` as stored. Training batches require grad, as activations do.
+    """
+    model = RunningMean(num_features)
+    report = {"where": {name: _where(model, name) for name in ("mean", "count")}, "start": _state(model)}
+    report.update(describe(model))
+    report["steps"] = []
+    for mode, batch in steps:
+        _train(model, mode == "train")
+        x = batch.detach().clone().requires_grad_(mode == "train")
+        y = model(x)
+        report["steps"].append({"mode": mode, "output": _plain(y), "input_unchanged": _unchanged(x, batch),
+                                **_state(model)})
+        del x, y
+    del model
+    return report
+
+
+def running_mean_reload_report(RunningMean, num_features, train_batches, x):
+    """Train one RunningMean on the batches, load its state_dict into a fresh one: the fresh one's eval output on x."""
+    trained = RunningMean(num_features)
+    _train(trained, True)
+    for batch in train_batches:
+        trained(batch)
+    fresh = RunningMean(num_features)
+    _load_state_dict(fresh, _state_dict(trained))
+    _train(fresh, False)
+    report = {"output": _plain(fresh(x)), **_state(fresh)}
+    del trained, fresh
+    return report
+
+
+def running_mean_to_report(RunningMean, num_features):
+    """RunningMean(num_features).to(torch.float64), then .to("meta"): where its tensors are after each."""
+    model = RunningMean(num_features)
+    _to(model, torch.float64)
+    state = _state(model)
+    report = {"float64": {k: (None if state[k] is None else str(state[k].dtype)) for k in ("mean", "count")}}
+    _to(model, "meta")
+    report["meta"] = {k: (None if _stored(model, k) is None else _stored(model, k).device.type)
+                      for k in ("mean", "count")}
+    del model
+    return report
+
+
+# ---------------------------------------------------------------- activation_shapes
+
+def shapes_report(activation_shapes, name, args, x, seed):
+    """activation_shapes(model, x) for the model MODELS[name](*args): its result, and the hooks left behind."""
+    model = build_model(name, args, seed)
+    global_before = global_hooks()
+    saved = x.detach().clone()
+    shapes = activation_shapes(model, x)
+    report = {"shapes": shapes, "hooks": hooks_attached(model), "global_hooks": global_hooks() - global_before,
+              "input_unchanged": _unchanged(x, saved)}
+    del model, shapes
+    return report
+
+
+def raising_report(activation_shapes, name, args, x, seed):
+    """activation_shapes on a model whose forward raises: the exception it let through, and the hooks left behind."""
+    model = build_model(name, args, seed)
+    global_before = global_hooks()
+    raised = ""
+    try:
+        activation_shapes(model, x)
+    except NotImplementedError:  # a stub is not an answer
+        raise
+    except Exception as e:  # the error the model raised should come out of activation_shapes
+        raised = type(e).__name__
+    report = {"raised": raised, "hooks": hooks_attached(model), "global_hooks": global_hooks() - global_before}
+    del model
+    return report
+
+
+# ---------------------------------------------------------------- Quadratic
+
+def quadratic_report(Quadratic, in_features, out_features, x, g, seed, dtype=None):
+    """Quadratic(in, out) made after manual_seed(seed) (and moved to `dtype`): description, output on x,
+    gradients of (output * g).sum() for its parameters and for x."""
+    _manual_seed(seed)
+    model = Quadratic(in_features, out_features)
+    if dtype is not None:
+        _to(model, dtype)
+    report = describe(model)
+    xr = x.detach().clone().requires_grad_()
+    report.update(_output_and_backward(model, xr, g))
+    report["grads"] = {name: _grad_of(p) for name, p in _named_parameters(model)}
+    report["x_grad"] = _plain(xr.grad)
+    del model, xr
+    return report

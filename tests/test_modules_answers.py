@@ -1,0 +1,935 @@
+"""Chapter 06 checks against answers we did not write the checks from: other correct ones must pass
+(public and hidden checks), plausible wrong ones must fail. Most answers are classes: the checks build them,
+train them, switch them and look inside through the scenarios in grader/scenarios/modules.py."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules import module as module_module
+
+from grader.runner import run_exercise
+
+_real = {"torch.autograd.backward": torch.autograd.backward, "torch.autograd.grad": torch.autograd.grad,
+         "torch.Tensor.backward": torch.Tensor.backward}
+
+
+@pytest.fixture(autouse=True)
+def restore_torch():
+    """Hostile answers patch torch and leave global hooks; put everything back after each test."""
+    hooks = {name: dict(getattr(module_module, name))
+             for name in ("_global_forward_hooks", "_global_forward_pre_hooks")}
+    yield
+    torch.autograd.backward = _real["torch.autograd.backward"]
+    torch.autograd.grad = _real["torch.autograd.grad"]
+    torch.Tensor.backward = _real["torch.Tensor.backward"]
+    for name, saved in hooks.items():
+        table = getattr(module_module, name)
+        table.clear()
+        table.update(saved)
+
+
+class Linear(nn.Module):
+    """The notebook's bias-free layer: weight (in, out), y = x @ weight."""
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(in_dim, out_dim) / math.sqrt(in_dim))
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+# ---------------------------------------------------------------- correct, written differently
+
+class SequentialSetattr(nn.Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def forward(self, x):
+        for i in range(len(self._modules)):
+            x = getattr(self, str(i))(x)
+        return x
+
+
+class SequentialReduce(nn.Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            self.register_module(f"{i}", m)
+
+    def forward(self, x):
+        return functools.reduce(lambda h, m: m(h), self._modules.values(), x)
+
+
+class SequentialNamedChildren(nn.Module):
+    def __init__(self, *modules):
+        super().__init__()
+        self._modules.update({str(i): m for i, m in enumerate(modules)})
+
+    def forward(self, x):
+        for _, m in sorted(self.named_children(), key=lambda item: int(item[0])):
+            x = m(x)
+        return x
+
+
+class ConcatModuleList(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.branches = nn.ModuleList([net1, net2])
+
+    def forward(self, x):
+        return torch.cat([branch(x) for branch in self.branches], dim=-1)
+
+
+class ConcatModuleDict(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.nets = nn.ModuleDict({"left": net1, "right": net2})
+
+    def forward(self, x):
+        a, b = self.nets["left"](x), self.nets["right"](x)
+        return torch.concat((a, b), dim=a.dim() - 1)
+
+
+class ConcatAddModule(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.add_module("first", net1)
+        self.add_module("second", net2)
+
+    def forward(self, x):
+        outs = [self.first(x), self.second(x)]
+        return torch.cat(outs, -1)
+
+
+class CruncherMultiDot(nn.Module):
+    def __init__(self, dim, num_layers):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(num_layers):
+            self.layers.append(Linear(dim, dim))
+        self.final = Linear(dim, 1)
+
+    def forward(self, x):
+        mats = [x] + [layer.weight for layer in self.layers] + [self.final.weight]
+        return torch.linalg.multi_dot(mats)[:, 0]
+
+
+class _NormalLinear(nn.Module):
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(in_dim, out_dim))
+        nn.init.normal_(self.weight, std=in_dim ** -0.5)
+
+    def forward(self, x):
+        return torch.matmul(x, self.weight)
+
+
+class CruncherInitNormal(nn.Module):
+    def __init__(self, dim, num_layers):
+        super().__init__()
+        self.final = _NormalLinear(dim, 1)  # registered first: the key order differs, the keys do not
+        self.layers = nn.ModuleList(_NormalLinear(dim, dim) for _ in range(num_layers))
+
+    def forward(self, x):
+        h = functools.reduce(lambda acc, layer: layer(acc), self.layers, x)
+        return self.final(h).reshape(-1)
+
+
+def count_vector(model):
+    return nn.utils.parameters_to_vector(model.parameters()).numel()
+
+
+def count_by_identity(model):
+    return sum({id(p): p.numel() for _, p in model.named_parameters(remove_duplicate=False)}.values())
+
+
+def count_by_data_ptr(model):
+    return int(sum({p.data_ptr(): p.numel() for p in model.parameters()}.values()))
+
+
+class RunningMeanCopy(nn.Module):
+    def __init__(self, num_features):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("count", torch.tensor(0))
+        self.register_buffer("scratch", torch.zeros(1), persistent=False)  # extra, not saved: allowed
+
+    def forward(self, x):
+        if self.training:
+            n = x.shape[0]
+            total = self.mean * self.count + x.detach().sum(dim=0)
+            self.mean.copy_(total / (self.count + n))
+            self.count.add_(n)
+        return x - self.mean
+
+
+class RunningMeanReassign(nn.Module):
+    def __init__(self, num_features):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                count = self.count + x.shape[0]
+                self.mean = self.mean + (x - self.mean).sum(0) / count
+                self.count = count
+        return x.sub(self.mean)
+
+
+def shapes_global_hook(model, x):
+    names = {id(m): name for name, m in model.named_modules() if name}
+    shapes = {}
+
+    def hook(module, inputs, output):
+        if id(module) in names:
+            shapes[names[id(module)]] = tuple(int(s) for s in output.shape)
+    handle = module_module.register_module_forward_hook(hook)
+    try:
+        model(x)
+    finally:
+        handle.remove()
+    return shapes
+
+
+def shapes_exit_stack(model, x):
+    shapes = {}
+    with contextlib.ExitStack() as stack:
+        for name, m in list(model.named_modules())[1:]:
+            h = m.register_forward_hook(lambda mod, args, out, name=name: shapes.__setitem__(name, (*out.shape,)))
+            stack.callback(h.remove)
+        model(x)
+    return shapes
+
+
+class QuadraticBilinear(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.register_parameter("W", nn.Parameter(torch.randn(out_features, in_features, in_features) / in_features))
+
+    def forward(self, x):
+        return F.bilinear(x, x, self.W)
+
+
+class QuadraticMatmul(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(out_features, in_features, in_features).div(in_features))
+
+    def forward(self, x):
+        wx = torch.einsum("kij,bj->bki", self.W, x)
+        return (wx * x[:, None, :]).sum(-1)
+
+
+class QuadraticTransposed(nn.Module):
+    """W[k, j, i] instead of W[k, i, j]: the same function, since x^T W x = x^T W^T x."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(out_features, in_features, in_features) / in_features)
+
+    def forward(self, x):
+        return torch.einsum("kji,bi,bj->bk", self.W, x, x)
+
+
+CORRECT = [
+    ("MySequential", SequentialSetattr), ("MySequential", SequentialReduce), ("MySequential", SequentialNamedChildren),
+    ("Concat", ConcatModuleList), ("Concat", ConcatModuleDict), ("Concat", ConcatAddModule),
+    ("Cruncher", CruncherMultiDot), ("Cruncher", CruncherInitNormal),
+    ("get_num_parameters", count_vector), ("get_num_parameters", count_by_identity),
+    ("get_num_parameters", count_by_data_ptr),
+    ("RunningMean", RunningMeanCopy), ("RunningMean", RunningMeanReassign),
+    ("activation_shapes", shapes_global_hook), ("activation_shapes", shapes_exit_stack),
+    ("Quadratic", QuadraticBilinear), ("Quadratic", QuadraticMatmul), ("Quadratic", QuadraticTransposed),
+]
+
+
+@pytest.mark.parametrize("name,obj", CORRECT, ids=[f"{n}-{o.__name__}" for n, o in CORRECT])
+def test_correct_answers_pass_every_check(name, obj):
+    r = run_exercise(f"modules.{name}", obj, hidden=True)
+    failing = [(c.name, c.message) for c in r.checks if not c.passed]
+    assert r.status == "passed" and not failing, failing
+
+
+# ---------------------------------------------------------------- plausible but wrong: MySequential
+
+class SequentialPlainList(nn.Module):
+    """The classic: a plain list, so parameters() and state_dict() see nothing."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        self.steps = list(modules)
+
+    def forward(self, x):
+        for m in self.steps:
+            x = m(x)
+        return x
+
+
+class SequentialNamedLayers(nn.Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            self.add_module(f"layer{i}", m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class SequentialReversed(nn.Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            self.add_module(str(i), m)
+
+    def forward(self, x):
+        for m in reversed(list(self._modules.values())):
+            x = m(x)
+        return x
+
+
+class SequentialModuleList(nn.Module):
+    def __init__(self, *modules):
+        super().__init__()
+        self.layers = nn.ModuleList(modules)
+
+    def forward(self, x):
+        for m in self.layers:
+            x = m(x)
+        return x
+
+
+class SequentialSubclass(nn.Sequential):
+    pass
+
+
+class SequentialCopies(nn.Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            self.add_module(str(i), copy.deepcopy(m))
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class SequentialLastOnly(SequentialSetattr):
+    def forward(self, x):
+        return list(self._modules.values())[-1](x) if self._modules else x
+
+
+class SequentialBrokenGetattr(SequentialSetattr):
+    """A broken __getattr__: every lookup recurses. It must end in a clear error, not a hang or a crash."""
+
+    def __getattr__(self, name):
+        return getattr(self, name)
+
+
+class SequentialForgotSuper(nn.Module):
+    def __init__(self, *modules):
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def forward(self, x):
+        return x
+
+
+# ---------------------------------------------------------------- Concat
+
+class ConcatComposed(nn.Module):
+    """d2l's notes: a 'parallel' block that composes the nets."""
+
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.net1, self.net2 = net1, net2
+
+    def forward(self, x):
+        return self.net2(self.net1(x))
+
+
+class ConcatDim0(ConcatModuleList):
+    def forward(self, x):
+        return torch.cat([b(x) for b in self.branches], dim=0)
+
+
+class ConcatDim1(ConcatModuleList):
+    def forward(self, x):
+        return torch.cat([b(x) for b in self.branches], dim=1)
+
+
+class ConcatTuple(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.nets = (net1, net2)
+
+    def forward(self, x):
+        return torch.cat([n(x) for n in self.nets], dim=-1)
+
+
+class ConcatHidden(nn.Module):
+    def __init__(self, net1, net2):
+        super().__init__()
+        object.__setattr__(self, "net1", net1)  # bypasses nn.Module.__setattr__: not registered
+        self.net2 = net2
+
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=-1)
+
+
+class ConcatTwiceNet1(ConcatAddModule):
+    def forward(self, x):
+        return torch.cat([self.first(x), self.first(x)], -1)
+
+
+# ---------------------------------------------------------------- Cruncher
+
+class CruncherNNLinear(nn.Module):
+    """nn.Linear's default init and orientation: final.weight is (1, dim), std 1/sqrt(3 dim)."""
+
+    def __init__(self, dim, num_layers):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(dim, dim, bias=False) for _ in range(num_layers))
+        self.final = nn.Linear(dim, 1, bias=False)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.final(x).squeeze(-1)
+
+
+class _Layer(nn.Module):
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+def cruncher_with(name, init=lambda d, o: torch.randn(d, o) / math.sqrt(d), step=lambda x, w: x @ w, relu=False,
+                  squeeze=True, same_layer=False, plain_list=False):
+    class Variant(nn.Module):
+        def __init__(self, dim, num_layers):
+            super().__init__()
+            if same_layer:
+                layers = [_Layer(init(dim, dim))] * num_layers
+            else:
+                layers = [_Layer(init(dim, dim)) for _ in range(num_layers)]
+            self.layers = layers if plain_list else nn.ModuleList(layers)
+            self.final = _Layer(init(dim, 1))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = step(x, layer.weight)
+                if relu:
+                    x = torch.relu(x)
+            out = step(x, self.final.weight)
+            return out.squeeze(-1) if squeeze else out
+    Variant.__name__ = Variant.__qualname__ = name
+    return Variant
+
+
+CruncherNoScale = cruncher_with("CruncherNoScale", init=lambda d, o: torch.randn(d, o))
+CruncherOverDim = cruncher_with("CruncherOverDim", init=lambda d, o: torch.randn(d, o) / d)
+CruncherUniform = cruncher_with("CruncherUniform", init=lambda d, o: (torch.rand(d, o) * 2 - 1) * math.sqrt(3 / d))
+CruncherRelu = cruncher_with("CruncherRelu", relu=True)
+CruncherTransposed = cruncher_with("CruncherTransposed",  # nn.Linear's orientation for the square layers
+                                   step=lambda x, w: x @ w.T if w.shape[0] == w.shape[1] else x @ w)
+CruncherNoSqueeze = cruncher_with("CruncherNoSqueeze", squeeze=False)
+CruncherSameLayer = cruncher_with("CruncherSameLayer", same_layer=True)
+CruncherPlainList = cruncher_with("CruncherPlainList", plain_list=True)
+CruncherData = cruncher_with("CruncherData", step=lambda x, w: x @ w.data)
+
+
+# ---------------------------------------------------------------- get_num_parameters
+
+def count_state_dict(model):
+    return sum(t.numel() for t in model.state_dict().values())
+
+
+def count_with_duplicates(model):
+    return sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
+
+
+def count_trainable(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def count_tensors(model):
+    return len(list(model.parameters()))
+
+
+def count_per_module(model):
+    return sum(p.numel() for m in model.modules() for p in m.parameters(recurse=False))
+
+
+def count_with_buffers(model):
+    return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+
+
+def count_as_tensor(model):
+    return torch.tensor(sum(p.numel() for p in model.parameters()))
+
+
+def count_as_float(model):
+    return float(sum(p.numel() for p in model.parameters()))
+
+
+def count_after_unfreezing(model):
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------- RunningMean
+
+class RunningMeanEvalToo(nn.Module):
+    """Updates in eval mode as well."""
+
+    def __init__(self, num_features):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    def update(self, x):
+        with torch.no_grad():
+            n = x.shape[0]
+            self.count += n
+            self.mean += (x.sum(0) - n * self.mean) / self.count
+
+    def forward(self, x):
+        self.update(x)
+        return x - self.mean
+
+
+class RunningMeanParameter(RunningMeanEvalToo):
+    def __init__(self, num_features):
+        nn.Module.__init__(self)
+        self.mean = nn.Parameter(torch.zeros(num_features), requires_grad=False)
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        if self.training:
+            self.update(x)
+        return x - self.mean
+
+
+class RunningMeanAttribute(RunningMeanEvalToo):
+    def __init__(self, num_features):
+        nn.Module.__init__(self)
+        self.mean = torch.zeros(num_features)
+        self.count = torch.zeros((), dtype=torch.long)
+
+    def forward(self, x):
+        if self.training:
+            self.update(x)
+        return x - self.mean
+
+
+class RunningMeanLastBatch(RunningMeanEvalToo):
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.mean.copy_(x.mean(0))
+                self.count += x.shape[0]
+        return x - self.mean
+
+
+class RunningMeanOfBatchMeans(RunningMeanEvalToo):
+    def __init__(self, num_features):
+        super().__init__(num_features)
+        self.batches = 0
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.batches += 1
+                self.mean += (x.mean(0) - self.mean) / self.batches
+                self.count += x.shape[0]
+        return x - self.mean
+
+
+class RunningMeanEMA(RunningMeanEvalToo):
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.mean.mul_(0.9).add_(0.1 * x.mean(0))
+                self.count += x.shape[0]
+        return x - self.mean
+
+
+class RunningMeanWithGraph(RunningMeanEvalToo):
+    """No torch.no_grad(): the buffer becomes part of the graph."""
+
+    def forward(self, x):
+        if self.training:
+            n = x.shape[0]
+            self.count = self.count + n
+            self.mean = self.mean + (x.sum(0) - n * self.mean) / self.count
+        return x - self.mean
+
+
+class RunningMeanFloatCount(RunningMeanEvalToo):
+    def __init__(self, num_features):
+        super().__init__(num_features)
+        self.count = torch.zeros(())
+
+    def forward(self, x):
+        if self.training:
+            self.update(x)
+        return x - self.mean
+
+
+class RunningMeanOldMean(RunningMeanEvalToo):
+    def forward(self, x):
+        out = x - self.mean
+        if self.training:
+            self.update(x)
+        return out
+
+
+class RunningMeanNotPersistent(RunningMeanEvalToo):
+    def __init__(self, num_features):
+        nn.Module.__init__(self)
+        self.register_buffer("mean", torch.zeros(num_features), persistent=False)
+        self.register_buffer("count", torch.zeros((), dtype=torch.long), persistent=False)
+
+    def forward(self, x):
+        if self.training:
+            self.update(x)
+        return x - self.mean
+
+
+# ---------------------------------------------------------------- activation_shapes
+
+def shapes_hooks_left(model, x):
+    shapes = {}
+    for name, m in model.named_modules():
+        if name:
+            m.register_forward_hook(lambda mod, i, out, name=name: shapes.__setitem__(name, tuple(out.shape)))
+    model(x)
+    return shapes
+
+
+def shapes_top_level(model, x):
+    shapes, handles = {}, []
+    for name, m in model.named_children():
+        handles.append(m.register_forward_hook(
+            lambda mod, i, out, name=name: shapes.__setitem__(name, tuple(out.shape))))
+    try:
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return shapes
+
+
+def _with_hooks(model, x, record, names=None):
+    handles = []
+    try:
+        for name, m in (names or model.named_modules()):
+            if name:
+                handles.append(m.register_forward_hook(functools.partial(record, name)))
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def shapes_torch_size(model, x):
+    shapes = {}
+    _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(name, out.shape))
+    return shapes
+
+
+def shapes_type_names(model, x):
+    shapes = {}
+    _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(type(mod).__name__ + name, tuple(out.shape)))
+    return shapes
+
+
+def shapes_with_root(model, x):
+    shapes = {"": None}
+    _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(name, tuple(out.shape)))
+    shapes[""] = tuple(model(x).shape)
+    return shapes
+
+
+def shapes_no_finally(model, x):
+    shapes, handles = {}, []
+    for name, m in list(model.named_modules())[1:]:
+        handles.append(m.register_forward_hook(
+            lambda mod, i, out, name=name: shapes.__setitem__(name, tuple(out.shape))))
+    model(x)
+    for h in handles:
+        h.remove()
+    return shapes
+
+
+def shapes_swallow_errors(model, x):
+    shapes = {}
+    try:
+        _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(name, tuple(out.shape)))
+    except RuntimeError:
+        return {}
+    return shapes
+
+
+def shapes_first_call(model, x):
+    shapes = {}
+    _with_hooks(model, x, lambda name, mod, i, out: None if name in shapes else
+                shapes.__setitem__(name, tuple(out.shape)))
+    return shapes
+
+
+def shapes_inputs(model, x):
+    shapes = {}
+    _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(name, tuple(i[0].shape)))
+    return shapes
+
+
+def shapes_global_hook_left(model, x):
+    names = {id(m): name for name, m in model.named_modules() if name}
+    shapes = {}
+
+    def hook(module, inputs, output):
+        if id(module) in names:
+            shapes[names[id(module)]] = tuple(output.shape)
+    module_module.register_module_forward_hook(hook)  # never removed
+    model(x)
+    return shapes
+
+
+# ---------------------------------------------------------------- Quadratic
+
+class QuadraticData(nn.Module):
+    """The notes' mistake: .data in forward, so no gradient reaches W."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(out_features, in_features, in_features) / in_features)
+
+    def forward(self, x):
+        return torch.einsum("kij,bi,bj->bk", self.W.data, x, x)
+
+
+class QuadraticBuffer(QuadraticData):
+    def __init__(self, in_features, out_features):
+        nn.Module.__init__(self)
+        self.register_buffer("W", torch.randn(out_features, in_features, in_features) / in_features)
+
+    def forward(self, x):
+        return torch.einsum("kij,bi,bj->bk", self.W, x, x)
+
+
+class QuadraticPlainTensor(QuadraticData):
+    def __init__(self, in_features, out_features):
+        nn.Module.__init__(self)
+        self.W = (torch.randn(out_features, in_features, in_features) / in_features).requires_grad_()
+
+    def forward(self, x):
+        return torch.einsum("kij,bi,bj->bk", self.W, x, x)
+
+
+class QuadraticIndexMixup(QuadraticBuffer):
+    """Reads W as W[i, j, k]: fails on shapes, or (in == out) gives other values."""
+
+    def __init__(self, in_features, out_features):
+        nn.Module.__init__(self)
+        self.W = nn.Parameter(torch.randn(out_features, in_features, in_features) / in_features)
+
+    def forward(self, x):
+        return torch.einsum("ijk,bi,bj->bk", self.W, x, x)
+
+
+class QuadraticDetachedX(QuadraticIndexMixup):
+    def forward(self, x):
+        return torch.einsum("kij,bi,bj->bk", self.W, x.detach(), x)
+
+
+class QuadraticNoScale(QuadraticIndexMixup):
+    def __init__(self, in_features, out_features):
+        nn.Module.__init__(self)
+        self.W = nn.Parameter(torch.randn(out_features, in_features, in_features))
+
+    def forward(self, x):
+        return torch.einsum("kij,bi,bj->bk", self.W, x, x)
+
+
+class QuadraticLayoutInOut(QuadraticIndexMixup):
+    def __init__(self, in_features, out_features):
+        nn.Module.__init__(self)
+        self.W = nn.Parameter(torch.randn(in_features, in_features, out_features) / in_features)
+
+    def forward(self, x):
+        return torch.einsum("ijk,bi,bj->bk", self.W, x, x)
+
+
+class QuadraticPatchingBackward(QuadraticData):
+    """Hostile: .data in forward, and a forward that turns backward into a no-op so nothing can be checked."""
+
+    def forward(self, x):
+        torch.Tensor.backward = lambda *a, **k: None
+        torch.autograd.backward = lambda *a, **k: None
+        torch.autograd.grad = lambda outputs, inputs, *a, **k: tuple(torch.zeros_like(i) for i in inputs)
+        return super().forward(x)
+
+
+class _AlwaysClose(torch.Tensor):
+    """A tensor subclass that claims to equal anything."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.isclose, torch.Tensor.__eq__, torch.allclose, torch.equal):
+            return True if func in (torch.allclose, torch.equal) else torch.ones(args[0].shape, dtype=torch.bool)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class QuadraticLying(QuadraticData):
+    def forward(self, x):
+        return torch.zeros(x.shape[0], self.W.shape[0]).as_subclass(_AlwaysClose)
+
+
+class ConcatInPlace(ConcatModuleList):
+    """Careless: overwrites its input."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        x.zero_()
+        return out
+
+
+WRONG = [
+    ("MySequential", SequentialPlainList), ("MySequential", SequentialNamedLayers),
+    ("MySequential", SequentialReversed),
+    ("MySequential", SequentialModuleList), ("MySequential", SequentialSubclass), ("MySequential", SequentialCopies),
+    ("MySequential", SequentialLastOnly), ("MySequential", SequentialBrokenGetattr),
+    ("MySequential", SequentialForgotSuper),
+    ("Concat", ConcatComposed), ("Concat", ConcatDim0), ("Concat", ConcatDim1), ("Concat", ConcatTuple),
+    ("Concat", ConcatHidden), ("Concat", ConcatTwiceNet1), ("Concat", ConcatInPlace),
+    ("Cruncher", CruncherNNLinear), ("Cruncher", CruncherNoScale), ("Cruncher", CruncherOverDim),
+    ("Cruncher", CruncherUniform), ("Cruncher", CruncherRelu), ("Cruncher", CruncherTransposed),
+    ("Cruncher", CruncherNoSqueeze), ("Cruncher", CruncherSameLayer), ("Cruncher", CruncherPlainList),
+    ("Cruncher", CruncherData),
+    ("get_num_parameters", count_state_dict), ("get_num_parameters", count_with_duplicates),
+    ("get_num_parameters", count_trainable), ("get_num_parameters", count_tensors),
+    ("get_num_parameters", count_per_module), ("get_num_parameters", count_with_buffers),
+    ("get_num_parameters", count_as_tensor), ("get_num_parameters", count_as_float),
+    ("get_num_parameters", count_after_unfreezing),
+    ("RunningMean", RunningMeanEvalToo), ("RunningMean", RunningMeanParameter), ("RunningMean", RunningMeanAttribute),
+    ("RunningMean", RunningMeanLastBatch), ("RunningMean", RunningMeanOfBatchMeans), ("RunningMean", RunningMeanEMA),
+    ("RunningMean", RunningMeanWithGraph), ("RunningMean", RunningMeanFloatCount), ("RunningMean", RunningMeanOldMean),
+    ("RunningMean", RunningMeanNotPersistent),
+    ("activation_shapes", shapes_hooks_left), ("activation_shapes", shapes_top_level),
+    ("activation_shapes", shapes_torch_size), ("activation_shapes", shapes_type_names),
+    ("activation_shapes", shapes_with_root), ("activation_shapes", shapes_no_finally),
+    ("activation_shapes", shapes_swallow_errors), ("activation_shapes", shapes_first_call),
+    ("activation_shapes", shapes_inputs), ("activation_shapes", shapes_global_hook_left),
+    ("Quadratic", QuadraticData), ("Quadratic", QuadraticBuffer), ("Quadratic", QuadraticPlainTensor),
+    ("Quadratic", QuadraticIndexMixup), ("Quadratic", QuadraticDetachedX), ("Quadratic", QuadraticNoScale),
+    ("Quadratic", QuadraticLayoutInOut), ("Quadratic", QuadraticPatchingBackward), ("Quadratic", QuadraticLying),
+]
+
+
+@pytest.mark.parametrize("name,obj", WRONG, ids=[f"{n}-{o.__name__}" for n, o in WRONG])
+def test_plausible_wrong_answers_fail(name, obj):
+    r = run_exercise(f"modules.{name}", obj, hidden=True)
+    assert r.status in ("failed", "error") and r.score < r.points, [(c.name, c.status) for c in r.checks]
+
+
+@pytest.mark.parametrize("name,obj", WRONG, ids=[f"{n}-{o.__name__}" for n, o in WRONG])
+def test_wrong_answers_get_a_readable_message(name, obj):
+    r = run_exercise(f"modules.{name}", obj)
+    for c in r.checks:
+        if not c.passed:
+            assert c.message and "Traceback" not in c.message and len(c.message) < 600, c.message
+
+
+CLASSIC = [
+    ("MySequential", SequentialPlainList, "not registered"),
+    ("Concat", ConcatComposed, "net2(net1(x))"),
+    ("get_num_parameters", count_state_dict, "expected 50"),
+    ("get_num_parameters", count_with_duplicates, "expected 50"),
+    ("RunningMean", RunningMeanEvalToo, "eval mode"),
+    ("RunningMean", RunningMeanParameter, "registered as a parameter"),
+    ("RunningMean", RunningMeanAttribute, "plain tensor attribute"),
+    ("RunningMean", RunningMeanLastBatch, "not of the last batch"),
+    ("activation_shapes", shapes_hooks_left, "hook(s) attached"),
+    ("activation_shapes", shapes_torch_size, "torch.Size"),
+    ("activation_shapes", shapes_top_level, "nested"),
+    ("Quadratic", QuadraticData, "no gradient reached it"),
+    ("Quadratic", QuadraticBuffer, "buffer"),
+    ("Cruncher", CruncherData, "no gradient reached it"),
+]
+
+
+@pytest.mark.parametrize("name,obj,words", CLASSIC, ids=[f"{n}-{o.__name__}" for n, o, _ in CLASSIC])
+def test_public_checks_catch_the_classic_mistakes(name, obj, words):
+    """The mistakes the chapter warns about are caught before grading, with a message that names them."""
+    r = run_exercise(f"modules.{name}", obj)
+    assert r.status != "passed", name
+    messages = " | ".join(c.message for c in r.checks if not c.passed)
+    assert words in messages, messages
+
+
+def test_a_hanging_forward_times_out():
+    class Hangs(SequentialSetattr):
+        def forward(self, x):
+            while True:
+                pass
+
+    r = run_exercise("modules.MySequential", Hangs, timeout=1)
+    assert r.status == "timeout" and r.score < r.points
+    assert [c.name for c in r.checks if c.status == "timeout"] == ["runs_the_modules_in_order",
+                                                                   "gradients_reach_every_module"]
+
+
+def test_a_broken_getattr_ends_in_a_clear_error():
+    r = run_exercise("modules.MySequential", SequentialBrokenGetattr, hidden=True)
+    failing = [c for c in r.checks if not c.passed]
+    assert r.status == "error" and len(failing) >= 2
+    assert all(c.message.startswith("RecursionError") and "__getattr__" in c.message for c in failing)
+
+
+def test_patching_autograd_in_forward_changes_no_verdict():
+    """A correct Quadratic whose forward replaces torch's backward and grad still passes (scenarios bound them at
+    import), and a wrong one that does the same still fails: the verdict never rests on the patched functions."""
+    class PatchingButRight(QuadraticBilinear):
+        def forward(self, x):
+            torch.autograd.grad = lambda outputs, inputs, *a, **k: tuple(torch.zeros_like(i) for i in inputs)
+            torch.Tensor.backward = lambda *a, **k: None
+            return super().forward(x)
+
+    assert run_exercise("modules.Quadratic", PatchingButRight, hidden=True).status == "passed"
+    assert run_exercise("modules.Quadratic", QuadraticPatchingBackward, hidden=True).status == "failed"
+
+
+def test_a_stub_is_not_implemented():
+    class Stub(nn.Module):
+        def __init__(self, *modules):
+            super().__init__()
+            raise NotImplementedError
+
+        def forward(self, x):
+            raise NotImplementedError
+
+    def stub(model, x):
+        raise NotImplementedError
+
+    assert run_exercise("modules.MySequential", Stub, hidden=True).status == "not_implemented"
+    assert run_exercise("modules.activation_shapes", stub, hidden=True).status == "not_implemented"
