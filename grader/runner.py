@@ -112,21 +112,25 @@ def _isolated(seed: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """Interrupt Python code after `seconds` (main thread on POSIX only; elsewhere no limit)."""
+def _time_limit(seconds: float | None) -> Iterator[list[bool]]:
+    """Interrupt Python code after `seconds`, and again every half second after that (main thread on POSIX
+    only; elsewhere no limit). Python swallows an exception raised inside a `__del__`, so a hung destructor
+    would survive one alarm: the repeats reach it again, and the yielded flag tells the caller it fired."""
+    fired: list[bool] = []
     usable = (seconds and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread())
     if not usable:
-        yield
+        yield fired
         return
 
     def _alarm(signum, frame):
+        fired.append(True)
         raise CheckTimeout()
 
     old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
     try:
-        yield
+        yield fired
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -160,8 +164,10 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
     start = time.perf_counter()
     status, message = PASSED, ""
     try:
-        with _isolated(seed_for(exercise.id, check.name)), _time_limit(limit):
+        with _isolated(seed_for(exercise.id, check.name)), _time_limit(limit) as fired:
             check.fn(*objs)
+        if fired:  # the alarm went off inside code that swallowed it (a __del__): still a timeout
+            raise CheckTimeout(limit)
     except CheckTimeout as e:
         given = e.args[0] if e.args else limit
         status, message = TIMEOUT, (given if isinstance(given, str) else

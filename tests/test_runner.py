@@ -186,3 +186,26 @@ def test_registry_rejects_bad_declarations():
         registry.exercise("testing.double", points=1)
     with pytest.raises(KeyError, match="known"):
         registry.get("testing.nope")
+
+
+def test_a_destructor_that_hangs_ends_as_a_timeout():
+    """Python ignores exceptions raised in __del__: the alarm must repeat, and the check still time out."""
+    import time as _time
+
+    from grader import registry
+    from grader.runner import run_check
+
+    class Sticky:
+        def __del__(self):
+            while True:
+                _time.sleep(0.01)
+
+    def hangs_in_del():
+        s = Sticky()
+        del s
+
+    ex = registry.get("tensors.same_storage")
+    check = registry.Check("x", "a destructor that never returns", lambda fn: fn(), False, 1.0, None)
+    start = _time.monotonic()
+    r = run_check(ex, check, (hangs_in_del,), timeout=0.5)
+    assert r.status == "timeout" and _time.monotonic() - start < 5
