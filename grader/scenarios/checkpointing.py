@@ -1,0 +1,492 @@
+"""Chapter 08 scenarios: an optimizer stepped, training interrupted and resumed, files written, crashed and loaded.
+
+Optimizers, models, RNG states and files cannot cross to the grading process, so each scenario builds
+them where the student's code runs, drives that code, and hands back data: parameters and optimizer
+state as tensors, folder listings as names, file contents as bytes, exceptions as their class names.
+
+* Files live in a folder made here with tempfile.mkdtemp() and removed before returning, whatever happened.
+* Bit-identity of resumed training is a fair demand only within one process and thread count, so the
+  uninterrupted and the resumed runs are both made here, one after the other, and compared by the check.
+* How atomic_save published its file is watched, not guessed: a rename shows up as Python's audit event
+  "os.rename" (os.replace, os.rename, Path.replace and shutil.move all raise it, however they were imported),
+  and os.fsync / os.fdatasync are wrapped while the call runs (and put back after).
+* A "crash" in the middle of a save is an object whose pickling looks at the folder, then raises.
+* numpy's and random's global states are put back as they were found; torch's is restored by the caller.
+"""
+import collections
+import contextlib
+import io
+import os
+import pathlib
+import random
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import common
+
+_save, _load = torch.save, torch.load
+_manual_seed = torch.manual_seed
+_randn = torch.randn
+_from_numpy = torch.from_numpy
+_no_grad = torch.no_grad
+_Parameter = torch.nn.Parameter
+_Sequential = torch.nn.Sequential
+_mse = F.mse_loss
+_Tensor, _Optimizer = torch.Tensor, torch.optim.Optimizer
+_Adam, _SGD = torch.optim.Adam, torch.optim.SGD
+_OPTIMIZERS = {"adam": lambda ps: _Adam(ps, lr=0.02), "sgd_momentum": lambda ps: _SGD(ps, lr=0.05, momentum=0.9)}
+_np_seed, _np_normal = np.random.seed, np.random.standard_normal
+_np_get_state, _np_set_state = np.random.get_state, np.random.set_state
+_py_seed, _py_random = random.seed, random.random
+_py_getstate, _py_setstate = random.getstate, random.setstate
+_mkdtemp, _rmtree, _listdir = tempfile.mkdtemp, shutil.rmtree, os.listdir
+_join, _dirname, _exists = os.path.join, os.path.dirname, os.path.exists
+_fspath, _fsdecode = os.fspath, os.fsdecode
+_mkdir = os.mkdir
+_Path = pathlib.Path
+_fsync, _fdatasync = os.fsync, getattr(os, "fdatasync", None)
+_addaudithook = sys.addaudithook
+
+# While atomic_save runs, WATCHING holds one list that receives ("rename", src, dst) and ("fsync",) events.
+# Both are containers mutated in place (the grader notices a scenario module whose names are rebound).
+WATCHING = []
+_HOOKED = []
+
+
+def _audit(event, args):
+    if WATCHING and event == "os.rename":
+        try:
+            WATCHING[-1].append(("rename", _fsdecode(_fspath(args[0])), _fsdecode(_fspath(args[1]))))
+        except Exception:  # a dir_fd-relative or odd argument: recorded as unreadable, never an error here
+            WATCHING[-1].append(("rename", "?", "?"))
+
+
+@contextlib.contextmanager
+def _watch():
+    """Record the renames and fsyncs made inside the block, in order."""
+    if not _HOOKED:  # an audit hook cannot be removed: one per process, idle unless WATCHING holds a list
+        _addaudithook(_audit)
+        _HOOKED.append(True)
+    events = []
+
+    def fsync(fd):
+        events.append(("fsync",))
+        return _fsync(fd)
+
+    def fdatasync(fd):
+        events.append(("fsync",))
+        return _fdatasync(fd)
+
+    WATCHING.append(events)
+    os.fsync = fsync
+    if _fdatasync is not None:
+        os.fdatasync = fdatasync
+    try:
+        yield events
+    finally:
+        os.fsync = _fsync
+        if _fdatasync is not None:
+            os.fdatasync = _fdatasync
+        WATCHING.remove(events)
+
+
+@contextlib.contextmanager
+def _global_rngs_kept():
+    """numpy's and random's global states as they were, whatever the block (and the student's code) did."""
+    np_state, py_state = _np_get_state(), _py_getstate()
+    try:
+        yield
+    finally:
+        _np_set_state(np_state)
+        _py_setstate(py_state)
+
+
+def _error(e):
+    """An exception as one line: its class, and its message's first line (for torch.load's long refusal, the
+    line that names what it refused)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    named = ["Unsupported global" + line.split("Unsupported global", 1)[1].split(" was not an allowed")[0]
+             for line in lines if "Unsupported global" in line]
+    text = (named or lines or [""])[0][:200]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _clone(x):
+    return None if x is None else x.detach().clone()
+
+
+# ---------------------------------------------------------------- AdaGrad
+
+def _adagrad(AdaGrad, groups, kwargs):
+    opt_groups, params = [], []
+    for g in groups:
+        ps = [_Parameter(t.detach().clone()) for t in g["params"]]
+        params += ps
+        opt_groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": ps})
+    return AdaGrad(opt_groups, **kwargs), params
+
+
+def _snapshot(opt, params):
+    states = [opt.state.get(p, {}) for p in params]  # .get: indexing the defaultdict would add entries
+    return {"params": [_clone(p) for p in params],
+            "g2": [_clone(s.get("g2")) if isinstance(s.get("g2"), _Tensor) else s.get("g2") for s in states],
+            "grads": [_clone(p.grad) for p in params]}
+
+
+def _step(opt, params, step_grads):
+    for p, g in zip(params, step_grads):
+        p.grad = _clone(g)
+    opt.step()
+
+
+def adagrad_steps(AdaGrad, groups, kwargs, grads):
+    """AdaGrad(groups built from plain tensors, **kwargs) stepped once per entry of `grads` (one gradient or None
+    per parameter, in group order): parameters, state["g2"] and .grad after each step, and the final state_dict."""
+    opt, params = _adagrad(AdaGrad, groups, kwargs)
+    steps = []
+    for step_grads in grads:
+        _step(opt, params, step_grads)
+        steps.append(_snapshot(opt, params))
+    stepped = [p for g in opt.param_groups for p in g["params"]]
+    report = {"is_optimizer": isinstance(opt, _Optimizer), "steps": steps,
+              "same_objects": len(stepped) == len(params) and all(a is b for a, b in zip(stepped, params)),
+              "state_dict": opt.state_dict()}
+    del opt, params, stepped
+    return report
+
+
+def adagrad_resume(AdaGrad, groups, kwargs, grads, split):
+    """Two runs over the same gradients: one uninterrupted; one whose state_dict after `split` steps goes through
+    torch.save / torch.load(weights_only=True) into a fresh AdaGrad over fresh parameters (copies of the values),
+    which takes the remaining steps."""
+    whole, whole_params = _adagrad(AdaGrad, groups, kwargs)
+    for step_grads in grads:
+        _step(whole, whole_params, step_grads)
+    part, part_params = _adagrad(AdaGrad, groups, kwargs)
+    for step_grads in grads[:split]:
+        _step(part, part_params, step_grads)
+    buffer = io.BytesIO()
+    _save(part.state_dict(), buffer)
+    buffer.seek(0)
+    try:
+        loaded = _load(buffer, weights_only=True)
+    except Exception as e:
+        return {"error": f"its state_dict() does not load with torch.load(weights_only=True): {_error(e)}"}
+    fresh_groups, i = [], 0
+    for g in groups:
+        n = len(g["params"])
+        fresh_groups.append({**{k: v for k, v in g.items() if k != "params"},
+                             "params": [p.detach().clone() for p in part_params[i:i + n]]})
+        i += n
+    resumed, resumed_params = _adagrad(AdaGrad, fresh_groups, kwargs)
+    resumed.load_state_dict(loaded)
+    for step_grads in grads[split:]:
+        _step(resumed, resumed_params, step_grads)
+    report = {"error": None, "whole": _snapshot(whole, whole_params), "resumed": _snapshot(resumed, resumed_params)}
+    del whole, whole_params, part, part_params, resumed, resumed_params, loaded
+    return report
+
+
+# ---------------------------------------------------------------- save_checkpoint / load_checkpoint
+
+def _seed_all(seed):
+    _manual_seed(seed)
+    _np_seed(seed % 2**32)
+    _py_seed(seed)
+
+
+def _train(model, opt, start, stop, x0, y0, sources):
+    """Steps start..stop-1: batches drawn from the RNGs named in `sources`, targets that depend on the step."""
+    for it in range(start, stop):
+        x = x0
+        if "torch" in sources:
+            x = x + _randn(tuple(x0.shape))
+        if "numpy" in sources:
+            x = x + _from_numpy(_np_normal(size=tuple(x0.shape))).to(x0.dtype)
+        if "random" in sources:
+            x = x * (0.5 + _py_random())
+        loss = _mse(model(x), y0 * (1.0 + 0.1 * it))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _values(model):
+    return {name: _clone(t) for name, t in model.state_dict().items()}
+
+
+def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, sources, n_steps, m_steps, seed,
+               early_save=None):
+    """n_steps + m_steps of training without a break, then the same training interrupted: n_steps, save_checkpoint
+    (after an earlier save to the same path at step `early_save`, if given), RNGs disturbed, a fresh model (other
+    weights) and optimizer, load_checkpoint, and the remaining steps from the iteration it returned."""
+    folder = _mkdtemp(prefix="grader-checkpoint-")
+    try:
+        with _global_rngs_kept():
+            path = _join(folder, "checkpoint.pt")
+            total = n_steps + m_steps
+            model = common.build(spec, seed)
+            opt = _OPTIMIZERS[optimizer](model.parameters())
+            _seed_all(seed + 1)
+            _train(model, opt, 0, total, x0, y0, sources)
+            whole = _values(model)
+            del model, opt
+
+            model = common.build(spec, seed)
+            opt = _OPTIMIZERS[optimizer](model.parameters())
+            _seed_all(seed + 1)
+            done = 0
+            if early_save is not None:
+                _train(model, opt, 0, early_save, x0, y0, sources)
+                save_checkpoint(model, opt, early_save, path)
+                done = early_save
+            _train(model, opt, done, n_steps, x0, y0, sources)
+            save_checkpoint(model, opt, n_steps, path)
+            listing = sorted(_listdir(folder))
+            weights_only_error = "the checkpoint file was not written"
+            if _exists(path):
+                try:
+                    _load(path, weights_only=True)
+                    weights_only_error = None
+                except Exception as e:
+                    weights_only_error = _error(e)
+            del model, opt
+
+            _seed_all(seed + 1000)  # disturb every RNG, and start from other objects
+            _randn(5), _np_normal(5), _py_random()
+            model = common.build(spec, seed + 1)
+            opt = _OPTIMIZERS[optimizer](model.parameters())
+            _seed_all(seed + 2000)
+            start, resumed, load_error = None, None, None
+            try:
+                start = load_checkpoint(path, model, opt)
+            except NotImplementedError:
+                raise
+            except Exception as e:  # reported with the line that says what torch.load refused, if it did
+                load_error = _error(e)
+            if type(start) is int and -10 <= start <= total + 10:
+                _train(model, opt, start, total, x0, y0, sources)
+                resumed = _values(model)
+            report = {"whole": whole, "resumed": resumed, "start": start, "start_type": type(start).__name__,
+                      "load_error": load_error, "listing": listing, "file": "checkpoint.pt",
+                      "weights_only_error": weights_only_error}
+            del model, opt, start
+            return report
+    finally:
+        _rmtree(folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- atomic_save
+
+class CrashDuringSave(Exception):
+    """The simulated crash: raised while the object was being pickled, in the middle of the save."""
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class _Crash:
+    """Pickling it records the folder's files and the target's bytes at that moment, then raises CrashDuringSave."""
+
+    def __init__(self, path, seen):
+        self.path, self.seen = path, seen
+
+    def __reduce__(self):
+        self.seen.append({"listing": sorted(_listdir(_dirname(self.path))), "bytes": _read(self.path)})
+        raise CrashDuringSave("simulated crash in the middle of the save")
+
+
+def atomic_run(atomic_save, ops, existing, subfolder, name, as_pathlib):
+    """atomic_save called once per op on one path in a fresh folder (which holds `existing`, saved first, unless it
+    is None). An op is ("save", payload) or ("crash", payload): the crash op saves the payload plus an object whose
+    pickling raises. After each op: what it raised, what the folder and the file held during and after the call,
+    and the renames and fsyncs it made, in order."""
+    root = _mkdtemp(prefix="grader-atomic-")
+    try:
+        folder = _join(root, subfolder) if subfolder else root
+        os.makedirs(folder, exist_ok=True)
+        path = _join(folder, name)
+        if existing is not None:
+            _save(existing, path)
+        target = _Path(path) if as_pathlib else path
+        report = []
+        for kind, payload in ops:
+            before = _read(path)
+            seen = []
+            obj = dict(payload, crash=_Crash(path, seen)) if kind == "crash" else payload
+            raised, returned = None, None
+            with _watch() as events:
+                try:
+                    returned = atomic_save(obj, target)
+                except NotImplementedError:  # a stub stays a stub: not an exception to record
+                    raise
+                except Exception as e:  # the student's (or the crash's) exception, as data
+                    raised = {"type": type(e).__name__, "crash": isinstance(e, CrashDuringSave), "text": _error(e)}
+            loaded = None
+            if _exists(path):
+                try:
+                    loaded = {"value": _load(path, weights_only=True)}
+                except Exception as e:
+                    loaded = {"error": _error(e)}
+            report.append({"kind": kind, "before": before, "raised": raised, "during": seen, "events": list(events),
+                           "listing": sorted(_listdir(folder)), "after": _read(path), "loaded": loaded,
+                           "returned": type(returned).__name__})
+            del obj, returned
+        return {"path": path, "folder": folder, "ops": report}
+    finally:
+        _rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- safe_load
+
+def _leave_mark(path):
+    """What a hostile pickle could call while loading; here it only writes a marker file in a scratch folder."""
+    with open(path, "w") as f:
+        f.write("this ran while the file was loaded")
+    return "marked"
+
+
+class _RunsCode:
+    """Unpickling it calls os.mkdir (how="mkdir") or _leave_mark (how="mark") on a marker path: harmless, visible."""
+
+    def __init__(self, how, marker):
+        self.how, self.marker = how, marker
+
+    def __reduce__(self):
+        return (_mkdir if self.how == "mkdir" else _leave_mark, (self.marker,))
+
+
+def _plain(x, depth=0):
+    """Loaded data as the grader can receive it: OrderedDicts become dicts (their order kept)."""
+    if depth < 8 and isinstance(x, dict):
+        return {k: _plain(v, depth + 1) for k, v in x.items()}
+    if depth < 8 and type(x) in (list, tuple):
+        return type(x)(_plain(v, depth + 1) for v in x)
+    return x
+
+
+def _ordered(x, depth=0):
+    if depth < 8 and type(x) is dict:
+        return collections.OrderedDict((k, _ordered(v, depth + 1)) for k, v in x.items())
+    return x
+
+
+def safe_load_run(safe_load, kinds, payloads, hostile):
+    """Each payload saved with torch.save (kinds[i] "ordered": its dicts saved as OrderedDicts, like a state_dict;
+    "plain": as it is) and read back by safe_load; then each hostile file, (layout, how): a pickle that runs code
+    when loaded, alone ("top") or inside a checkpoint-like dict ("nested"). For those: what safe_load raised, and
+    whether the code ran (its marker exists). (Kinds and payloads come apart: the grading bridge carries
+    containers 8 levels deep, and an optimizer's state_dict inside a checkpoint already takes 6.)"""
+    folder = _mkdtemp(prefix="grader-safe-load-")
+    try:
+        loaded = []
+        for i, (kind, data) in enumerate(zip(kinds, payloads)):
+            path = _join(folder, f"file{i}.pt")
+            _save(_ordered(data) if kind == "ordered" else data, path)
+            try:
+                got = safe_load(path)
+                loaded.append({"type": type(got).__name__, "value": _plain(got), "error": None})
+                del got
+            except NotImplementedError:  # a stub stays a stub: not an exception to record
+                raise
+            except Exception as e:
+                loaded.append({"type": None, "value": None, "error": _error(e)})
+        refused = []
+        for i, (layout, how) in enumerate(hostile):
+            marker = _join(folder, f"marker{i}")
+            code = _RunsCode(how, marker)
+            obj = code if layout == "top" else {"model": collections.OrderedDict(w=_randn(3)), "meta": [1, code]}
+            path = _join(folder, f"hostile{i}.pt")
+            _save(obj, path)
+            raised = None
+            try:
+                got = safe_load(path)
+                del got
+            except NotImplementedError:  # a stub stays a stub: not an exception to record
+                raise
+            except Exception as e:
+                raised = _error(e)
+            refused.append({"raised": raised, "ran_code": _exists(marker)})
+        return {"loaded": loaded, "hostile": refused}
+    finally:
+        _rmtree(folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- load_matching
+
+def matching_run(load_matching, spec, seed, source, ordered):
+    """load_matching(model built from spec, a copy of `source`): what it returned, the model's tensors before and
+    after, whether its tensors are still the same objects, whether the source was changed, and whether the model
+    shares memory with the source (the source's tensors are changed after the call, and the model looked at again)."""
+    model = common.build(spec, seed)
+    before = _values(model)
+    objects = dict(model.state_dict(keep_vars=True))
+    given = (collections.OrderedDict if ordered else dict)((k, _clone(v)) for k, v in source.items())
+    names = load_matching(model, given)
+    after = _values(model)
+    now = dict(model.state_dict(keep_vars=True))
+    same_objects = list(now) == list(objects) and all(now[k] is v for k, v in objects.items())
+    source_after = {k: _clone(v) for k, v in given.items()}
+    with _no_grad():
+        for v in given.values():
+            v.add_(100)
+    report = {"names": names, "before": before, "after": after, "after_source_changed": _values(model),
+              "same_objects": same_objects, "source_after": source_after,
+              "requires_grad": {k: bool(p.requires_grad) for k, p in model.named_parameters()}}
+    del model, objects, given, now, names
+    return report
+
+
+# ---------------------------------------------------------------- checkpointed_forward
+
+def checkpoint_run(checkpointed_forward, specs, seed, x, g, segments, as_sequential, x_requires_grad):
+    """checkpointed_forward(blocks built from specs, x, segments), then backward(g). Each block's forward is
+    wrapped to log its index: the calls made during the forward and during the backward (recomputation)."""
+    blocks = common.build_all(specs, seed)
+    phase, calls = ["forward"], {"forward": [], "backward": []}
+    for i, block in enumerate(blocks):
+        def counted(*args, _i=i, _forward=block.forward, **kwargs):
+            calls[phase[0]].append(_i)
+            return _forward(*args, **kwargs)
+        block.forward = counted
+    container = _Sequential(*blocks) if as_sequential else list(blocks)
+    xin = x.detach().clone().requires_grad_(x_requires_grad)
+    _manual_seed(seed + 1)
+    y = checkpointed_forward(container, xin, segments)
+    report = {"y": y, "requires_grad": bool(getattr(y, "requires_grad", False)), "x_grad": None, "grads": {},
+              "forward_calls": list(calls["forward"]), "backward_calls": []}
+    if isinstance(y, _Tensor) and y.requires_grad:
+        phase[0] = "backward"
+        y.backward(g)
+        report["y"] = y.detach()
+        report["x_grad"] = _clone(xin.grad)
+        report["grads"] = {f"{i}.{name}": _clone(p.grad) for i, b in enumerate(blocks)
+                           for name, p in b.named_parameters()}
+        report["backward_calls"] = list(calls["backward"])
+    del blocks, container, xin, y
+    return report
+
+
+def checkpoint_raises(checkpointed_forward, specs, seed, x, segments):
+    """checkpointed_forward(blocks, x, segments) for a segment count it must refuse: the names of the exception's
+    classes (empty when it returned)."""
+    blocks = common.build_all(specs, seed)
+    try:
+        checkpointed_forward(list(blocks), x.detach().clone().requires_grad_(), segments)
+    except NotImplementedError:  # a stub stays a stub: not an exception to record
+        raise
+    except Exception as e:
+        return [c.__name__ for c in type(e).__mro__]
+    finally:
+        del blocks
+    return []

@@ -1,0 +1,998 @@
+"""Chapter 08 checks against answers we did not write the checks from: other correct ones must pass
+(public and hidden checks), plausible wrong ones must fail."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from grader.runner import run_exercise
+
+
+# ---------------------------------------------------------------- correct, written differently
+
+class AdaGradAddcmul(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, dict(lr=lr, eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    g2 = self.state[p].setdefault("g2", torch.zeros_like(p))
+                    g2.addcmul_(p.grad, p.grad)
+                    p.addcdiv_(p.grad, (g2 + group["eps"]).sqrt(), value=-group["lr"])
+
+
+class AdaGradRsqrt(torch.optim.Optimizer):
+    """No decorator: the update runs on p.data's storage through torch.no_grad() blocks; state made on first use."""
+
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        with torch.no_grad():
+            for group in self.param_groups:
+                lr, eps = group["lr"], group["eps"]
+                for p in (q for q in group["params"] if q.grad is not None):
+                    state = self.state[p]
+                    state["g2"] = state["g2"] + p.grad ** 2 if "g2" in state else p.grad ** 2
+                    p -= lr * p.grad * torch.rsqrt(state["g2"] + eps)
+        return loss
+
+
+def _np_state_to_list():
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), pos, has_gauss, cached]
+
+
+def save_checkpoint_flat(model, optimizer, iteration, path):
+    torch.save({"iteration": iteration, "model_state": model.state_dict(), "optim_state": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(), "numpy_rng": _np_state_to_list(),
+                "python_rng": random.getstate()}, path)
+
+
+def load_checkpoint_flat(path, model, optimizer):
+    ckpt = torch.load(path)  # weights_only=True is the default since torch 2.6
+    model.load_state_dict(ckpt["model_state"])
+    optimizer.load_state_dict(ckpt["optim_state"])
+    name, keys, pos, has_gauss, cached = ckpt["numpy_rng"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    random.setstate(ckpt["python_rng"])
+    torch.set_rng_state(ckpt["torch_rng"])
+    return ckpt["iteration"]
+
+
+def save_checkpoint_atomic(model, optimizer, iteration, path):
+    """Writes through a temporary file next to path (crash-safe), with the RNGs in a list."""
+    state = np.random.get_state()
+    rngs = [torch.random.get_rng_state(), (state[0], torch.tensor(state[1].astype(np.int64)), *state[2:]),
+            random.getstate()]
+    tmp = str(path) + ".partial"
+    with open(tmp, "wb") as f:
+        torch.save({"m": model.state_dict(), "o": optimizer.state_dict(), "it": int(iteration), "rngs": rngs}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint_atomic(path, model, optimizer):
+    with open(path, "rb") as f:
+        ckpt = torch.load(f, weights_only=True, map_location="cpu")
+    torch_state, (name, keys, *rest), py_state = ckpt["rngs"]
+    model.load_state_dict(ckpt["m"])
+    optimizer.load_state_dict(ckpt["o"])
+    torch.random.set_rng_state(torch_state)
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    random.setstate(py_state)
+    return ckpt["it"]
+
+
+def atomic_mkstemp(obj, path):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+
+
+def atomic_suffix(obj, path):
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_named_temporary(obj, path):
+    folder = os.path.dirname(os.fspath(path)) or "."
+    with tempfile.NamedTemporaryFile(dir=folder, delete=False) as f:
+        try:
+            torch.save(obj, f)
+            f.flush()
+            os.fdatasync(f.fileno())
+        except Exception:
+            f.close()
+            os.unlink(f.name)
+            raise
+    os.rename(f.name, path)
+
+
+def atomic_buffer_first(obj, path):
+    """Serialize in memory first (a crash there touches no file), then write, sync and rename."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    tmp = os.path.join(os.path.dirname(os.fspath(path)), f".{os.path.basename(os.fspath(path))}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, buffer.getvalue())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def safe_load_plain(path):
+    return torch.load(path, weights_only=True)
+
+
+def safe_load_file(path):
+    with open(path, "rb") as f:
+        return torch.load(f, map_location="cpu", weights_only=True)
+
+
+def safe_load_default(path):
+    return torch.load(path)  # weights_only=True by default since torch 2.6
+
+
+def matching_state_dict(model, state_dict):
+    own = model.state_dict()
+    keep = {k: v for k, v in state_dict.items() if k in own and v.shape == own[k].shape}
+    model.load_state_dict(keep, strict=False)
+    return [k for k in own if k in keep]
+
+
+def matching_loop(model, state_dict):
+    names = []
+    for name, target in model.state_dict().items():  # state_dict() tensors share the model's memory
+        if name in state_dict and tuple(state_dict[name].shape) == tuple(target.shape):
+            target.copy_(state_dict[name])
+            names.append(name)
+    return names
+
+
+def checkpointed_array_split(blocks, x, segments):
+    blocks = list(blocks)
+    if segments < 1 or segments > len(blocks):
+        raise ValueError("bad number of segments")
+    for part in np.array_split(np.arange(len(blocks)), segments):
+        seq = torch.nn.Sequential(*[blocks[i] for i in part])
+        x = checkpoint(seq, x, use_reentrant=False)
+    return x
+
+
+def checkpointed_rounded(blocks, x, segments):
+    blocks = [b for b in blocks]
+    n = len(blocks)
+    if not (isinstance(segments, int) and 0 < segments <= n):
+        raise ValueError(f"need 1 <= segments <= {n}")
+    bounds = [round(i * n / segments) for i in range(segments + 1)]
+
+    def run(lo, hi):
+        def f(h):
+            for b in blocks[lo:hi]:
+                h = b(h)
+            return h
+        return f
+    for lo, hi in zip(bounds, bounds[1:]):
+        x = checkpoint(run(lo, hi), x, use_reentrant=False, preserve_rng_state=True)
+    return x
+
+
+CORRECT = [
+    ("adagrad", [AdaGradAddcmul]), ("adagrad", [AdaGradRsqrt]),
+    ("save_checkpoint", [save_checkpoint_flat, load_checkpoint_flat]),
+    ("save_checkpoint", [save_checkpoint_atomic, load_checkpoint_atomic]),
+    ("atomic_save", [atomic_mkstemp]), ("atomic_save", [atomic_suffix]), ("atomic_save", [atomic_named_temporary]),
+    ("atomic_save", [atomic_buffer_first]),
+    ("safe_load", [safe_load_plain]), ("safe_load", [safe_load_file]), ("safe_load", [safe_load_default]),
+    ("load_matching", [matching_state_dict]), ("load_matching", [matching_loop]),
+    ("checkpointed_forward", [checkpointed_array_split]), ("checkpointed_forward", [checkpointed_rounded]),
+]
+
+
+@pytest.mark.parametrize("name,objs", CORRECT, ids=[f"{n}-{o[0].__name__}" for n, o in CORRECT])
+def test_correct_answers_pass_every_check(name, objs):
+    r = run_exercise(f"checkpointing.{name}", *objs, hidden=True)
+    failing = [(c.name, c.message) for c in r.checks if not c.passed]
+    assert r.status == "passed" and not failing, failing
+
+
+# ---------------------------------------------------------------- plausible but wrong: AdaGrad
+
+def _adagrad(update):
+    """An AdaGrad class whose step calls update(optimizer, group, p) for every p with a gradient."""
+    class AdaGrad(torch.optim.Optimizer):
+        def __init__(self, params, lr=1e-2, eps=1e-10):
+            super().__init__(params, {"lr": lr, "eps": eps})
+
+        @torch.no_grad()
+        def step(self, closure=None):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        update(self, group, p)
+    return AdaGrad
+
+
+def _eps_outside(opt, group, p):
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p))
+    g2 += p.grad ** 2
+    p -= group["lr"] * p.grad / (g2.sqrt() + group["eps"])
+
+
+def _default_lr(opt, group, p):
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p))
+    g2 += p.grad ** 2
+    p -= opt.defaults["lr"] * p.grad / (g2 + opt.defaults["eps"]).sqrt()
+
+
+def _other_key(opt, group, p):
+    s = opt.state[p].setdefault("sum", torch.zeros_like(p))
+    s += p.grad ** 2
+    p -= group["lr"] * p.grad / (s + group["eps"]).sqrt()
+
+
+def _on_the_parameter(opt, group, p):
+    if not hasattr(p, "g2"):
+        p.g2 = torch.zeros_like(p)
+    p.g2 += p.grad ** 2
+    p -= group["lr"] * p.grad / (p.g2 + group["eps"]).sqrt()
+
+
+def _no_accumulation(opt, group, p):
+    opt.state[p]["g2"] = p.grad ** 2
+    p -= group["lr"] * p.grad / (opt.state[p]["g2"] + group["eps"]).sqrt()
+
+
+def _update_before_accumulating(opt, group, p):
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p))
+    p -= group["lr"] * p.grad / (g2 + group["eps"]).sqrt()
+    g2 += p.grad ** 2
+
+
+def _changes_grad(opt, group, p):
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p))
+    g2.addcmul_(p.grad, p.grad)
+    p.grad.div_((g2 + group["eps"]).sqrt())
+    p.sub_(group["lr"] * p.grad)
+
+
+def _float64_state(opt, group, p):
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p, dtype=torch.float64))
+    g2 += p.grad.double() ** 2
+    p -= (group["lr"] * p.grad.double() / (g2 + group["eps"]).sqrt()).to(p.dtype)
+
+
+class AdaGradFromTorch(torch.optim.Adagrad):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, lr=lr, eps=eps)
+
+
+class AdaGradNoneCrash(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                g2 = self.state[p].setdefault("g2", torch.zeros_like(p))
+                g2 += p.grad * p.grad  # p.grad may be None
+                p -= group["lr"] * p.grad / (g2 + group["eps"]).sqrt()
+
+
+class AdaGradNoNoGrad(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    g2 = self.state[p].setdefault("g2", torch.zeros_like(p))
+                    g2 += p.grad ** 2
+                    p -= group["lr"] * p.grad / (g2 + group["eps"]).sqrt()  # in place on a leaf that requires grad
+
+
+class AdaGradOwnDict(torch.optim.Optimizer):
+    """Keeps g2 in a dict of its own, which state_dict() never sees."""
+
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+        self.sums = {}
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    g2 = self.sums.setdefault(id(p), torch.zeros_like(p))
+                    g2 += p.grad ** 2
+                    p -= group["lr"] * p.grad / (g2 + group["eps"]).sqrt()
+
+
+# ---------------------------------------------------------------- plausible but wrong: checkpoints
+
+def _saver(rngs=("torch", "numpy", "random"), optimizer=True, shift=0, iteration_as_tensor=False, raw_numpy=False):
+    def save_checkpoint(model, opt, iteration, path):
+        ckpt = {"model": model.state_dict(), "iteration": iteration + shift}
+        if iteration_as_tensor:
+            ckpt["iteration"] = torch.tensor(iteration)
+        if optimizer:
+            ckpt["optimizer"] = opt.state_dict()
+        if "torch" in rngs:
+            ckpt["torch"] = torch.get_rng_state()
+        if "numpy" in rngs:
+            ckpt["numpy"] = np.random.get_state() if raw_numpy else _np_state_to_list()
+        if "random" in rngs:
+            ckpt["random"] = random.getstate()
+        torch.save(ckpt, path)
+    return save_checkpoint
+
+
+def _loader(path, model, opt):
+    ckpt = torch.load(path, weights_only=False)
+    model.load_state_dict(ckpt["model"])
+    if "optimizer" in ckpt:
+        opt.load_state_dict(ckpt["optimizer"])
+    if "torch" in ckpt:
+        torch.set_rng_state(ckpt["torch"])
+    if "numpy" in ckpt:
+        s = ckpt["numpy"]
+        np.random.set_state(s if isinstance(s, tuple) else (s[0], np.array(s[1], dtype=np.uint32), *s[2:]))
+    if "random" in ckpt:
+        random.setstate(ckpt["random"])
+    return ckpt["iteration"]
+
+
+def _loader_default(path, model, opt):
+    """torch.load with its default, weights_only=True, on a checkpoint holding numpy's raw state: it raises."""
+    ckpt = torch.load(path)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["torch"])
+    np.random.set_state(ckpt["numpy"])
+    random.setstate(ckpt["random"])
+    return ckpt["iteration"]
+
+
+def _loader_plus_one(path, model, opt):
+    return _loader(path, model, opt) + 1
+
+
+def _loader_forgets_model(path, model, opt):
+    ckpt = torch.load(path, weights_only=False)
+    opt.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["torch"])
+    s = ckpt["numpy"]
+    np.random.set_state((s[0], np.array(s[1], dtype=np.uint32), *s[2:]))
+    random.setstate(ckpt["random"])
+    return ckpt["iteration"]
+
+
+def _save_rng_beside(model, opt, iteration, path):
+    """Puts the RNG states in a second file next to the checkpoint."""
+    _saver(rngs=())(model, opt, iteration, path)
+    torch.save({"torch": torch.get_rng_state(), "numpy": _np_state_to_list(), "random": random.getstate()},
+               str(path) + ".rng")
+
+
+def _load_rng_beside(path, model, opt):
+    it = _loader(path, model, opt)
+    rng = torch.load(str(path) + ".rng", weights_only=True)
+    torch.set_rng_state(rng["torch"])
+    s = rng["numpy"]
+    np.random.set_state((s[0], np.array(s[1], dtype=np.uint32), *s[2:]))
+    random.setstate(rng["random"])
+    return it
+
+
+# ---------------------------------------------------------------- plausible but wrong: files
+
+def atomic_in_place(obj, path):
+    torch.save(obj, path)
+
+
+def atomic_no_cleanup(obj, path):
+    tmp = str(path) + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_in_tmp(obj, path):
+    fd, tmp = tempfile.mkstemp()  # in /tmp, not next to path
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        shutil.move(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_no_fsync(obj, path):
+    tmp = str(path) + ".tmp"
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_swallows(obj, path):
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_wraps(obj, path):
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception as e:
+        os.remove(tmp)
+        raise RuntimeError("could not save the checkpoint") from e
+
+
+def atomic_backup_and_restore(obj, path):
+    """Writes in place, but puts the old bytes back when the save fails: a real crash leaves no chance to."""
+    old = Path(path).read_bytes() if os.path.exists(path) else None
+    try:
+        torch.save(obj, path)
+    except BaseException:
+        if old is None:
+            os.remove(path)
+        else:
+            Path(path).write_bytes(old)
+        raise
+
+
+def atomic_copy_over(obj, path):
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        shutil.copyfile(tmp, path)  # copies into path: not atomic
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def safe_load_unsafe(path):
+    return torch.load(path, weights_only=False)
+
+
+def safe_load_fallback(path):
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        return torch.load(path, weights_only=False)
+
+
+def safe_load_pickle(path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def safe_load_silent(path):
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception:
+        return None
+
+
+def safe_load_refuses_all(path):
+    raise pickle.UnpicklingError("no")
+
+
+def matching_by_name(model, state_dict):
+    own = model.state_dict()
+    names = [k for k in own if k in state_dict]
+    with torch.no_grad():
+        for k in names:
+            own[k].copy_(state_dict[k])  # raises on a shape mismatch
+    return names
+
+
+def matching_strict_false(model, state_dict):
+    model.load_state_dict(state_dict, strict=False)  # raises on a shape mismatch
+    return [k for k in model.state_dict() if k in state_dict]
+
+
+def matching_names_by_name(model, state_dict):
+    own = model.state_dict()
+    with torch.no_grad():
+        for k, v in own.items():
+            if k in state_dict and state_dict[k].shape == v.shape:
+                v.copy_(state_dict[k])
+    return [k for k in own if k in state_dict]  # also names the ones it did not copy
+
+
+def matching_by_numel(model, state_dict):
+    own = model.state_dict()
+    names = []
+    with torch.no_grad():
+        for k, v in own.items():
+            if k in state_dict and state_dict[k].numel() == v.numel():
+                v.copy_(state_dict[k].reshape(v.shape))
+                names.append(k)
+    return names
+
+
+def matching_shares(model, state_dict):
+    names = []
+    for k, p in list(model.named_parameters()) + list(model.named_buffers()):
+        if k in state_dict and state_dict[k].shape == p.shape:
+            p.data = state_dict[k]  # the model now shares the state_dict's memory
+            names.append(k)
+    return [k for k in model.state_dict() if k in names]
+
+
+def matching_new_parameters(model, state_dict):
+    names = []
+    for k, p in list(model.named_parameters()):
+        if k in state_dict and state_dict[k].shape == p.shape:
+            owner = model.get_submodule(k.rpartition(".")[0])
+            setattr(owner, k.rpartition(".")[2], torch.nn.Parameter(state_dict[k].clone()))
+            names.append(k)
+    return names
+
+
+def matching_state_dict_order(model, state_dict):
+    own = model.state_dict()
+    names = [k for k, v in state_dict.items() if k in own and v.shape == own[k].shape]
+    with torch.no_grad():
+        for k in names:
+            own[k].copy_(state_dict[k])
+    return names
+
+
+def matching_parameters_only(model, state_dict):
+    names = []
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            if k in state_dict and state_dict[k].shape == p.shape:
+                p.copy_(state_dict[k])
+                names.append(k)
+    return names
+
+
+def matching_pops(model, state_dict):
+    own = model.state_dict()
+    names = []
+    for k in list(state_dict):
+        v = state_dict.pop(k)  # empties the caller's dict
+        if k in own and v.shape == own[k].shape:
+            own[k].copy_(v)
+            names.append(k)
+    return [k for k in own if k in names]
+
+
+def _segments(blocks, segments):
+    blocks = list(blocks)
+    if not 1 <= segments <= len(blocks):
+        raise ValueError("segments")
+    size, extra = divmod(len(blocks), segments)
+    out, start = [], 0
+    for s in range(segments):
+        stop = start + size + (s < extra)
+        out.append(blocks[start:stop])
+        start = stop
+    return out
+
+
+def _run(part):
+    def f(h):
+        for b in part:
+            h = b(h)
+        return h
+    return f
+
+
+def checkpointed_plain(blocks, x, segments):
+    for part in _segments(blocks, segments):
+        x = _run(part)(x)
+    return x
+
+
+def checkpointed_last_plain(blocks, x, segments):
+    """checkpoint_sequential's way: the last segment runs without checkpoint."""
+    parts = _segments(blocks, segments)
+    for part in parts[:-1]:
+        x = checkpoint(_run(part), x, use_reentrant=False)
+    return _run(parts[-1])(x)
+
+
+def checkpointed_last_takes_rest(blocks, x, segments):
+    blocks = list(blocks)
+    if not 1 <= segments <= len(blocks):
+        raise ValueError("segments")
+    size = len(blocks) // segments
+    for s in range(segments):
+        part = blocks[s * size:(s + 1) * size] if s < segments - 1 else blocks[s * size:]
+        x = checkpoint(_run(part), x, use_reentrant=False)
+    return x
+
+
+def checkpointed_drops_remainder(blocks, x, segments):
+    blocks = list(blocks)
+    if not 1 <= segments <= len(blocks):
+        raise ValueError("segments")
+    size = len(blocks) // segments
+    for s in range(segments):
+        x = checkpoint(_run(blocks[s * size:(s + 1) * size]), x, use_reentrant=False)
+    return x
+
+
+def checkpointed_reentrant(blocks, x, segments):
+    for part in _segments(blocks, segments):
+        x = checkpoint(_run(part), x, use_reentrant=True)
+    return x
+
+
+def checkpointed_no_rng(blocks, x, segments):
+    for part in _segments(blocks, segments):
+        x = checkpoint(_run(part), x, use_reentrant=False, preserve_rng_state=False)
+    return x
+
+
+def checkpointed_sequential(blocks, x, segments):
+    return torch.utils.checkpoint.checkpoint_sequential(torch.nn.Sequential(*blocks), segments, x,
+                                                        use_reentrant=False)
+
+
+def checkpointed_one(blocks, x, segments):
+    if not 1 <= segments <= len(list(blocks)):
+        raise ValueError("segments")
+    return checkpoint(_run(list(blocks)), x, use_reentrant=False)
+
+
+def checkpointed_no_check(blocks, x, segments):
+    blocks = list(blocks)
+    size, extra = divmod(len(blocks), max(segments, 1))
+    start = 0
+    for s in range(max(segments, 1)):
+        stop = start + size + (s < extra)
+        x = checkpoint(_run(blocks[start:stop]), x, use_reentrant=False)
+        start = stop
+    return x
+
+
+def checkpointed_detached(blocks, x, segments):
+    for part in _segments(blocks, segments):
+        x = checkpoint(_run(part), x, use_reentrant=False)
+    return x.detach()
+
+
+class _AlwaysClose(torch.Tensor):
+    """A tensor subclass that claims to equal anything."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.isclose, torch.Tensor.__eq__, torch.equal):
+            return torch.ones(args[0].shape, dtype=torch.bool) if func is not torch.equal else True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def checkpointed_lying(blocks, x, segments):
+    y = checkpointed_plain(blocks, x, segments)
+    return torch.zeros(y.shape).requires_grad_().as_subclass(_AlwaysClose)
+
+
+WRONG = [
+    # AdaGrad
+    ("adagrad", [_adagrad(_eps_outside)]), ("adagrad", [_adagrad(_default_lr)]), ("adagrad", [_adagrad(_other_key)]),
+    ("adagrad", [_adagrad(_on_the_parameter)]), ("adagrad", [_adagrad(_no_accumulation)]),
+    ("adagrad", [_adagrad(_update_before_accumulating)]), ("adagrad", [_adagrad(_changes_grad)]),
+    ("adagrad", [_adagrad(_float64_state)]), ("adagrad", [AdaGradFromTorch]), ("adagrad", [AdaGradNoneCrash]),
+    ("adagrad", [AdaGradNoNoGrad]), ("adagrad", [AdaGradOwnDict]),
+    # save_checkpoint / load_checkpoint
+    ("save_checkpoint", [_saver(rngs=()), _loader]),                       # 12: no RNG state at all
+    ("save_checkpoint", [_saver(rngs=("torch",)), _loader]),               # 13: torch's RNG only
+    ("save_checkpoint", [_saver(rngs=("torch", "numpy")), _loader]),       # 14: forgets random
+    ("save_checkpoint", [_saver(rngs=("numpy", "random")), _loader]),      # 15: forgets torch
+    ("save_checkpoint", [_saver(), _loader_plus_one]),                     # 16: resumes one step late
+    ("save_checkpoint", [_saver(shift=-1), _loader]),                      # 17: saves the iteration before
+    ("save_checkpoint", [_saver(optimizer=False), _loader]),               # 18: no optimizer state
+    ("save_checkpoint", [_saver(raw_numpy=True), _loader]),                # 19: needs weights_only=False
+    ("save_checkpoint", [_saver(iteration_as_tensor=True), _loader]),      # 20: a tensor, not an int
+    ("save_checkpoint", [_saver(), _loader_forgets_model]),                # 21: model not loaded
+    ("save_checkpoint", [_save_rng_beside, _load_rng_beside]),             # 22: a second file
+    ("save_checkpoint", [_saver(raw_numpy=True), _loader_default]),        # 23: numpy array, weights_only load
+    # atomic_save
+    ("atomic_save", [atomic_in_place]), ("atomic_save", [atomic_no_cleanup]), ("atomic_save", [atomic_in_tmp]),
+    ("atomic_save", [atomic_no_fsync]), ("atomic_save", [atomic_swallows]), ("atomic_save", [atomic_wraps]),
+    ("atomic_save", [atomic_backup_and_restore]), ("atomic_save", [atomic_copy_over]),
+    # safe_load
+    ("safe_load", [safe_load_unsafe]), ("safe_load", [safe_load_fallback]), ("safe_load", [safe_load_pickle]),
+    ("safe_load", [safe_load_silent]), ("safe_load", [safe_load_refuses_all]),
+    # load_matching
+    ("load_matching", [matching_by_name]), ("load_matching", [matching_strict_false]),
+    ("load_matching", [matching_names_by_name]), ("load_matching", [matching_by_numel]),
+    ("load_matching", [matching_shares]), ("load_matching", [matching_new_parameters]),
+    ("load_matching", [matching_state_dict_order]), ("load_matching", [matching_parameters_only]),
+    ("load_matching", [matching_pops]),
+    # checkpointed_forward
+    ("checkpointed_forward", [checkpointed_plain]), ("checkpointed_forward", [checkpointed_last_plain]),
+    ("checkpointed_forward", [checkpointed_last_takes_rest]), ("checkpointed_forward", [checkpointed_drops_remainder]),
+    ("checkpointed_forward", [checkpointed_reentrant]), ("checkpointed_forward", [checkpointed_no_rng]),
+    ("checkpointed_forward", [checkpointed_sequential]), ("checkpointed_forward", [checkpointed_one]),
+    ("checkpointed_forward", [checkpointed_no_check]), ("checkpointed_forward", [checkpointed_detached]),
+    ("checkpointed_forward", [checkpointed_lying]),
+]
+_IDS = [f"{n}-{i}-{getattr(o[0], '__name__', 'fn')}" for i, (n, o) in enumerate(WRONG)]
+
+
+@pytest.mark.parametrize("name,objs", WRONG, ids=_IDS)
+def test_plausible_wrong_answers_fail(name, objs):
+    r = run_exercise(f"checkpointing.{name}", *objs, hidden=True)
+    assert r.status in ("failed", "error") and r.score < r.points
+
+
+@pytest.mark.parametrize("name,objs", WRONG, ids=_IDS)
+def test_wrong_answers_get_a_readable_message(name, objs):
+    r = run_exercise(f"checkpointing.{name}", *objs)
+    for c in r.checks:
+        if not c.passed:
+            assert c.message and "Traceback" not in c.message and len(c.message) < 600, c.message
+
+
+def test_public_checks_catch_the_classic_mistakes():
+    """eps outside the root, no RNG state, only torch's RNG, an off-by-one resume, no optimizer state, writing in
+    place, a temporary left behind or in another folder, weights_only=False and its fallback, a mismatched shape
+    copied, strict=False, no checkpointing, the last segment not checkpointed."""
+    classic = [WRONG[0], WRONG[12], WRONG[13], WRONG[14], WRONG[16], WRONG[18], WRONG[19],
+               ("atomic_save", [atomic_in_place]), ("atomic_save", [atomic_no_cleanup]), ("atomic_save", [atomic_in_tmp]),
+               ("safe_load", [safe_load_unsafe]), ("safe_load", [safe_load_fallback]),
+               ("load_matching", [matching_by_name]), ("load_matching", [matching_strict_false]),
+               ("load_matching", [matching_names_by_name]),
+               ("checkpointed_forward", [checkpointed_plain]), ("checkpointed_forward", [checkpointed_last_plain]),
+               ("checkpointed_forward", [checkpointed_reentrant])]
+    for name, objs in classic:
+        r = run_exercise(f"checkpointing.{name}", *objs)
+        assert r.status != "passed", (name, objs[0])
+
+
+def test_messages_name_the_missing_piece():
+    """The public checks say what to fix: the RNG that was not restored, the off-by-one, the stray file."""
+    def messages(name, *objs):
+        return " ".join(c.message for c in run_exercise(f"checkpointing.{name}", *objs).checks if not c.passed)
+
+    assert "numpy" in messages("save_checkpoint", _saver(rngs=("torch",)), _loader)
+    assert "returned 4 for a checkpoint saved with iteration=3" in messages("save_checkpoint", _saver(), _loader_plus_one)
+    assert "weights_only=True" in messages("save_checkpoint", _saver(raw_numpy=True), _loader)
+    assert "store it as a tensor" in messages("save_checkpoint", _saver(raw_numpy=True), _loader_default)
+    assert "writing into path itself" in messages("atomic_save", atomic_in_place)
+    assert "remove the temporary file" in messages("atomic_save", atomic_no_cleanup)
+    assert "outside path's folder" in messages("atomic_save", atomic_in_tmp)
+    assert "eps outside the square root" in messages("adagrad", _adagrad(_eps_outside))
+    assert "never fall back" in messages("safe_load", safe_load_fallback)
+    assert "not recomputed" in messages("checkpointed_forward", checkpointed_last_plain)
+
+
+def test_scenarios_leave_no_files_behind(tmp_path, monkeypatch):
+    """Every scenario works in folders of its own and removes them, also when the student's code fails."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for name, objs in CORRECT[:8] + [w for w in WRONG if w[0] in ("save_checkpoint", "atomic_save", "safe_load")]:
+        run_exercise(f"checkpointing.{name}", *objs, hidden=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+class AdaGradStub(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        raise NotImplementedError
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("name,count", [("adagrad", 1), ("save_checkpoint", 2), ("atomic_save", 1), ("safe_load", 1),
+                                        ("load_matching", 1), ("checkpointed_forward", 1)])
+def test_stubs_are_not_implemented_and_score_nothing(name, count):
+    """A stub is `not_implemented` in every check, even where a scenario records the student's exceptions as data."""
+    objs = [AdaGradStub] if name == "adagrad" else [_stub] * count
+    r = run_exercise(f"checkpointing.{name}", *objs, hidden=True)
+    assert r.status == "not_implemented" and r.score == 0
+    assert all(c.status == "not_implemented" for c in r.checks), [(c.name, c.status) for c in r.checks]
+
+
+# ---------------------------------------------------------------- the same in a grading kernel
+
+KERNEL_IMPORTS = ("import os, pickle, random, shutil, tempfile\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
+                  "import torch.nn.functional as F\nfrom torch.utils.checkpoint import checkpoint\n")
+KERNEL_WRONG = '''
+def atomic_in_place(obj, path):
+    torch.save(obj, path)
+
+def atomic_in_tmp(obj, path):
+    fd, tmp = tempfile.mkstemp()
+    with os.fdopen(fd, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    shutil.move(tmp, path)
+
+def save_without_rng(model, optimizer, iteration, path):
+    torch.save({"m": model.state_dict(), "o": optimizer.state_dict(), "it": iteration}, path)
+
+def load_without_rng(path, model, optimizer):
+    ckpt = torch.load(path, weights_only=True)
+    model.load_state_dict(ckpt["m"])
+    optimizer.load_state_dict(ckpt["o"])
+    return ckpt["it"]
+
+def load_one_late(path, model, optimizer):
+    return load_checkpoint(path, model, optimizer) + 1
+
+def safe_load_fallback(path):
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        return torch.load(path, weights_only=False)
+
+def matching_by_name(model, state_dict):
+    own = model.state_dict()
+    names = [k for k in own if k in state_dict]
+    for k in names:
+        own[k].copy_(state_dict[k])
+    return names
+
+def checkpointed_last_plain(blocks, x, segments):
+    blocks = list(blocks)
+    size, extra = divmod(len(blocks), segments)
+    parts, start = [], 0
+    for s in range(segments):
+        parts.append(blocks[start:start + size + (s < extra)])
+        start += size + (s < extra)
+    def run(part):
+        def f(h):
+            for b in part:
+                h = b(h)
+            return h
+        return f
+    for part in parts[:-1]:
+        x = checkpoint(run(part), x, use_reentrant=False)
+    return run(parts[-1])(x)
+
+class AdaGradOutside(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    g2 = self.state[p].setdefault("g2", torch.zeros_like(p))
+                    g2 += p.grad ** 2
+                    p -= group["lr"] * p.grad / (g2.sqrt() + group["eps"])
+
+class AdaGradStub(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    def step(self, closure=None):
+        raise NotImplementedError
+
+def stub(*args):
+    raise NotImplementedError
+'''
+SOLVED = {"adagrad": ["AdaGrad"], "save_checkpoint": ["save_checkpoint", "load_checkpoint"],
+          "atomic_save": ["atomic_save"], "safe_load": ["safe_load"], "load_matching": ["load_matching"],
+          "checkpointed_forward": ["checkpointed_forward"]}
+KERNEL_WRONG_NAMES = [("adagrad", ["AdaGradOutside"]), ("save_checkpoint", ["save_without_rng", "load_without_rng"]),
+                      ("save_checkpoint", ["save_checkpoint", "load_one_late"]), ("atomic_save", ["atomic_in_place"]),
+                      ("atomic_save", ["atomic_in_tmp"]), ("safe_load", ["safe_load_fallback"]),
+                      ("load_matching", ["matching_by_name"]), ("checkpointed_forward", ["checkpointed_last_plain"])]
+
+
+@pytest.fixture(scope="module")
+def kernel_bridge(tmp_path_factory):
+    import nbformat
+
+    from grader import registry
+    from grader.autograde.bridge import Bridge
+    from grader.autograde.kernel import GiB, Limits, NotebookKernel
+
+    registry.load_hidden()
+    solution = nbformat.read(Path(__file__).resolve().parents[1] / "solutions" / "08_checkpointing.ipynb", as_version=4)
+    exercises = [c.source for c in solution.cells if c.cell_type == "code" and "### BEGIN SOLUTION" in c.source]
+    kernel = NotebookKernel([KERNEL_IMPORTS, *exercises, KERNEL_WRONG], tmp_path_factory.mktemp("kernel"),
+                            Limits(cell_timeout=120, check_timeout=60, memory=4 * GiB))
+    bridge = Bridge(kernel)
+    kernel.setup = lambda k: bridge.setup()
+    kernel.start()
+    kernel.run_cells()
+    yield bridge
+    kernel.close()
+    bridge.close()
+
+
+def grade_in_kernel(bridge, name, names):
+    import time
+
+    from grader import registry
+    from grader.autograde.bridge import RemoteFunction
+    from grader.runner import run_check
+
+    ex = registry.get(f"checkpointing.{name}")
+    objs = tuple(RemoteFunction(bridge, n, ex) for n in names)
+    results = []
+    for check in ex.checks:
+        bridge.limit, bridge.deadline = 60, time.monotonic() + 60
+        results.append(run_check(ex, check, objs, timeout=None))
+    return results
+
+
+def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_implemented(kernel_bridge):
+    """The scenarios' data crosses the bridge, the stubs stay stubs, and watching renames and fsyncs (an audit hook,
+    os.fsync wrapped for the call) is not mistaken for the notebook tampering with the grader."""
+    for name, names in SOLVED.items():
+        failing = [(r.name, r.status, r.message) for r in grade_in_kernel(kernel_bridge, name, names) if not r.passed]
+        assert not failing, (name, failing)
+    for name, names in KERNEL_WRONG_NAMES:
+        assert not all(r.passed for r in grade_in_kernel(kernel_bridge, name, names)), (name, names)
+    for name, count in [("adagrad", 1), ("save_checkpoint", 2), ("atomic_save", 1), ("safe_load", 1),
+                        ("load_matching", 1), ("checkpointed_forward", 1)]:
+        names = ["AdaGradStub"] if name == "adagrad" else ["stub"] * count
+        statuses = {r.status for r in grade_in_kernel(kernel_bridge, name, names)}
+        assert statuses == {"not_implemented"}, (name, statuses)
+    kernel_bridge.probe()
+    assert not kernel_bridge.tampered, kernel_bridge.tampered
