@@ -1,0 +1,698 @@
+"""Chapter 09 checks against answers we did not write the checks from: other correct ones must pass
+(public and hidden checks), plausible wrong ones must fail. The checks simulate the machines, so these
+run the same on a CPU-only machine and on a GPU one."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+
+from grader import bench
+from grader.memtrack import track_memory
+from grader.runner import run_exercise
+
+
+# ---------------------------------------------------------------- correct, written differently
+
+def try_gpu_d2l(i=0):
+    if torch.cuda.device_count() >= i + 1:
+        return torch.device(f"cuda:{i}")
+    return torch.device("cpu")
+
+
+def try_gpu_available(i=0):
+    if torch.cuda.is_available() and 0 <= i < torch.cuda.device_count():
+        return torch.device("cuda", i)
+    return torch.device("cpu")
+
+
+def try_all_gpus_loop():
+    devices = []
+    for i in range(torch.cuda.device_count()):
+        devices.append(torch.device("cuda", i))
+    if not devices:
+        devices.append(torch.device("cpu"))
+    return devices
+
+
+def try_all_gpus_via_try_gpu():
+    n = torch.cuda.device_count()
+    return [try_gpu_d2l(i) for i in range(n)] if n else [try_gpu_d2l(10**6)]
+
+
+def to_device_pytree(batch, device, non_blocking=False):
+    return tree_map(lambda x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x, batch)
+
+
+def to_device_match(batch, device, non_blocking=False):
+    match batch:
+        case torch.Tensor():
+            return batch.to(device=device, non_blocking=non_blocking)
+        case dict():
+            return {k: to_device_match(v, device, non_blocking) for k, v in batch.items()}
+        case list():
+            return [to_device_match(v, device, non_blocking) for v in batch]
+        case tuple() if hasattr(batch, "_fields"):
+            return type(batch)._make(to_device_match(v, device, non_blocking) for v in batch)
+        case tuple():
+            return tuple(to_device_match(v, device, non_blocking) for v in batch)
+        case _:
+            return batch
+
+
+def to_device_copy(batch, device, non_blocking=False):
+    """Moves with empty_like + copy_, and only when the tensor is elsewhere."""
+    if isinstance(batch, torch.Tensor):
+        if batch.device == torch.device(device):
+            return batch
+        out = torch.empty_like(batch, device=device)
+        out.copy_(batch, non_blocking=non_blocking)
+        return out
+    if isinstance(batch, dict):
+        return {k: to_device_copy(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [to_device_copy(v, device, non_blocking) for v in batch]
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+            return type(batch)(*items)
+        return type(batch)(items)
+    return batch
+
+
+def time_fn_sync(fn, warmup=3, reps=10):
+    cuda = torch.cuda.is_available()
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_fn_events_each(fn, warmup=3, reps=10):
+    """Events around each call, waiting on the end event; numpy's median; monotonic_ns on the CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        else:
+            t0 = time.monotonic_ns()
+            fn()
+            times.append((time.monotonic_ns() - t0) * 1e-9)
+    return float(np.median(times))
+
+
+def time_fn_stream_all(fn, warmup=3, reps=10):
+    """Times warmup + reps calls, then drops the warm-up ones; waits with the current stream."""
+    on_gpu = torch.cuda.is_available()
+    times = []
+    for _ in range(warmup + reps):
+        if on_gpu:
+            torch.cuda.current_stream().synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if on_gpu:
+            torch.cuda.current_stream().synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[warmup:])
+
+
+def time_fn_accelerator(fn, warmup=3, reps=10):
+    sync = torch.accelerator.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    mid = len(times) // 2
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+
+
+def bandwidth_own_timer(nbytes, pinned, device):
+    if nbytes <= 0:
+        raise ValueError("nbytes must be positive")
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    src = torch.empty(nbytes, dtype=torch.uint8).fill_(3)
+    if pinned and cuda:
+        src = src.pin_memory()
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return nbytes / time_fn_sync(lambda: dst.copy_(src, non_blocking=bool(pinned and cuda)))
+
+
+def bandwidth_bench(nbytes, pinned, device):
+    """grader.bench.time_fn is allowed here; the source is made with pin_memory= directly."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    device = torch.device(device)
+    pin = pinned and device.type == "cuda"
+    src = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=pin)
+    dst = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    return float(nbytes) / bench.time_fn(lambda: dst.copy_(src, non_blocking=pin), device=device)
+
+
+def bandwidth_block(nbytes, pinned, device):
+    """Times blocks of 5 copies as a whole (a mean per block), and keeps the fastest block."""
+    if nbytes < 1:
+        raise ValueError("nothing to copy")
+    device = torch.device(device)
+    pin = pinned and device.type == "cuda"
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    src = src.pin_memory() if pin else src
+    dst = torch.empty_like(src, device=device)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(3):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            dst.copy_(src, non_blocking=pin)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / 5)
+    return nbytes / best
+
+
+def memory_delta_sync(fn, device):
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.memory_allocated(device) - before
+    with track_memory(device) as mem:
+        fn()
+    return mem.current
+
+
+def memory_delta_stats(fn, device):
+    """Reads memory_stats() on CUDA; no synchronize (the counters are host-side)."""
+    if torch.device(device).type == "cuda":
+        key = "allocated_bytes.all.current"
+        before = torch.cuda.memory_stats(device)[key]
+        fn()
+        return int(torch.cuda.memory_stats(device)[key] - before)
+    with track_memory(device) as mem:
+        fn()
+    return int(mem.current)
+
+
+def memory_delta_tracker(fn, device):
+    """grader.memtrack does both devices itself."""
+    with track_memory(device) as mem:
+        fn()
+    return mem.current
+
+
+CORRECT = [
+    ("try_gpu", try_gpu_d2l), ("try_gpu", try_gpu_available),
+    ("try_all_gpus", try_all_gpus_loop), ("try_all_gpus", try_all_gpus_via_try_gpu),
+    ("to_device", to_device_pytree), ("to_device", to_device_match), ("to_device", to_device_copy),
+    ("time_fn", time_fn_sync), ("time_fn", time_fn_events_each), ("time_fn", time_fn_stream_all),
+    ("time_fn", time_fn_accelerator),
+    ("transfer_bandwidth", bandwidth_own_timer), ("transfer_bandwidth", bandwidth_bench),
+    ("transfer_bandwidth", bandwidth_block),
+    ("memory_delta", memory_delta_sync), ("memory_delta", memory_delta_stats), ("memory_delta", memory_delta_tracker),
+]
+
+
+@pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{f.__name__}" for n, f in CORRECT])
+def test_correct_answers_pass_every_check(name, fn):
+    r = run_exercise(f"gpu.{name}", fn, hidden=True)
+    failing = [(c.name, c.message) for c in r.checks if not c.passed]
+    assert r.status == "passed" and not failing, failing
+
+
+# ---------------------------------------------------------------- plausible but wrong
+
+def _cuda_or_cpu(i):
+    return torch.device(f"cuda:{i}") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def time_fn_no_sync(fn, warmup=3, reps=10):
+    """The classic: a host clock around an asynchronous launch."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_fn_sync_before_only(fn, warmup=3, reps=10):
+    """Synchronizes before starting the clock, but reads it before the work is done."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_fn_events_no_wait(fn, warmup=3, reps=10):
+    """Reads elapsed_time before the end event has completed (CUDA raises 'device not ready')."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_fn_events_ms(fn, warmup=3, reps=10):
+    """Events, but returns elapsed_time's milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def time_fn_mean(fn, warmup=3, reps=10):
+    for _ in range(warmup):
+        fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / reps
+
+
+def time_fn_min(fn, warmup=3, reps=10):
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def time_fn_times_warmup(fn, warmup=3, reps=10):
+    """Times the warm-up calls too."""
+    times = []
+    for _ in range(warmup + reps):
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_fn_extra_call(fn, warmup=3, reps=10):
+    fn()  # "one more warm-up can't hurt"
+    return time_fn_sync(fn, warmup, reps)
+
+
+def time_fn_tensor(fn, warmup=3, reps=10):
+    """Returns a 0-dim tensor from torch.median."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return torch.tensor(times).median()
+
+
+def to_device_top_level(batch, device, non_blocking=False):
+    """Forgets nested levels."""
+    if isinstance(batch, dict):
+        return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()}
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    return batch
+
+
+def to_device_drops_leaves(batch, device, non_blocking=False):
+    """Keeps only tensors and containers."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: to_device_drops_leaves(v, device, non_blocking) for k, v in batch.items()
+                if isinstance(v, (torch.Tensor, dict, list, tuple))}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device_drops_leaves(v, device, non_blocking) for v in batch
+                           if isinstance(v, (torch.Tensor, dict, list, tuple)))
+    return batch
+
+
+def to_device_lists(batch, device, non_blocking=False):
+    """Turns every tuple into a list."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: to_device_lists(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return [to_device_lists(v, device, non_blocking) for v in batch]
+    return batch
+
+
+def to_device_plain_tuples(batch, device, non_blocking=False):
+    """A namedtuple comes back as a plain tuple."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: to_device_plain_tuples(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(to_device_plain_tuples(v, device, non_blocking) for v in batch)
+    if isinstance(batch, list):
+        return [to_device_plain_tuples(v, device, non_blocking) for v in batch]
+    return batch
+
+
+def to_device_generator_namedtuple(batch, device, non_blocking=False):
+    """type(x)(generator), which a namedtuple refuses."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: to_device_generator_namedtuple(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device_generator_namedtuple(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def to_device_in_place(batch, device, non_blocking=False):
+    """Writes the moved tensors back into the caller's containers."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        for k in batch:
+            batch[k] = to_device_in_place(batch[k], device, non_blocking)
+        return batch
+    if isinstance(batch, list):
+        for i, v in enumerate(batch):
+            batch[i] = to_device_in_place(v, device, non_blocking)
+        return batch
+    if isinstance(batch, tuple):
+        return type(batch)(*[to_device_in_place(v, device, non_blocking) for v in batch]) \
+            if hasattr(batch, "_fields") else tuple(to_device_in_place(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def _recursive(move, numpy=False):
+    """A to_device that is right except for how it moves a leaf (`move`), and NumPy arrays too when `numpy`."""
+    def to_device(batch, device, non_blocking=False):
+        if isinstance(batch, torch.Tensor) or (numpy and isinstance(batch, np.ndarray)):
+            return move(batch, device, non_blocking)
+        if isinstance(batch, dict):
+            return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+            return type(batch)(*(to_device(v, device, non_blocking) for v in batch))
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(to_device(v, device, non_blocking) for v in batch)
+        return batch
+    return to_device
+
+
+to_device_ignores_non_blocking = _recursive(lambda x, d, nb: x.to(d))
+to_device_always_non_blocking = _recursive(lambda x, d, nb: x.to(d, non_blocking=True))
+to_device_always_copies = _recursive(lambda x, d, nb: x.to(d, non_blocking=nb, copy=True))
+to_device_casts = _recursive(lambda x, d, nb: x.to(d, torch.float32, non_blocking=nb))
+to_device_converts_numpy = _recursive(lambda x, d, nb: torch.as_tensor(x).to(d, non_blocking=nb), numpy=True)
+to_device_empty_like = _recursive(lambda x, d, nb: torch.empty_like(x, device=d))  # moves shape, not values
+
+
+def to_device_nothing(batch, device, non_blocking=False):
+    return batch
+
+
+def bandwidth_seconds(nbytes, pinned, device):
+    """Returns the seconds of the copy, not bytes per second."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return time_fn_sync(lambda: dst.copy_(src))
+
+
+def bandwidth_gbps(nbytes, pinned, device):
+    return bandwidth_own_timer(nbytes, pinned, device) / 1e9
+
+
+def bandwidth_bits(nbytes, pinned, device):
+    return 8 * bandwidth_own_timer(nbytes, pinned, device)
+
+
+def bandwidth_fixed_buffer(nbytes, pinned, device):
+    """Always copies 1 MiB, whatever nbytes says."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    src = torch.ones(2**20, dtype=torch.uint8)
+    dst = torch.empty(2**20, dtype=torch.uint8, device=device)
+    return nbytes / time_fn_sync(lambda: dst.copy_(src))
+
+
+def bandwidth_always_pins(nbytes, pinned, device):
+    """Pins whenever asked, GPU or not: raises on a machine without one."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    if pinned:
+        src = src.pin_memory()
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return nbytes / time_fn_sync(lambda: dst.copy_(src, non_blocking=pinned))
+
+
+def bandwidth_no_check(nbytes, pinned, device):
+    """No ValueError: a copy of 0 bytes 'runs' at 0 bytes/s."""
+    src = torch.ones(max(nbytes, 0), dtype=torch.uint8)
+    dst = torch.empty(max(nbytes, 0), dtype=torch.uint8, device=device)
+    return nbytes / time_fn_sync(lambda: dst.copy_(src))
+
+
+def bandwidth_per_millisecond(nbytes, pinned, device):
+    """Bytes per millisecond."""
+    return bandwidth_own_timer(nbytes, pinned, device) / 1e3
+
+
+def memory_delta_peak(fn, device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        return torch.cuda.max_memory_allocated(device) - before
+    with track_memory(device) as mem:
+        fn()
+    return mem.peak
+
+
+def memory_delta_absolute(fn, device):
+    """No baseline: everything allocated on the device after fn."""
+    if torch.device(device).type == "cuda":
+        fn()
+        return torch.cuda.memory_allocated(device)
+    with track_memory(device) as mem:
+        fn()
+    return mem.current
+
+
+def memory_delta_reserved(fn, device):
+    if torch.device(device).type == "cuda":
+        before = torch.cuda.memory_reserved(device)
+        fn()
+        return torch.cuda.memory_reserved(device) - before
+    with track_memory(device) as mem:
+        fn()
+    return mem.current
+
+
+def memory_delta_keeps_result(fn, device):
+    """Holds fn's return value while measuring."""
+    if torch.device(device).type == "cuda":
+        before = torch.cuda.memory_allocated(device)
+        out = fn()
+        after = torch.cuda.memory_allocated(device)
+        del out
+        return after - before
+    with track_memory(device) as mem:
+        out = fn()
+        held = mem.current
+    del out
+    return held
+
+
+def memory_delta_max_no_reset(fn, device):
+    if torch.device(device).type == "cuda":
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        return torch.cuda.max_memory_allocated(device) - before
+    with track_memory(device) as mem:
+        fn()
+    return mem.current
+
+
+def memory_delta_cuda_only(fn, device):
+    """The CUDA counters on every device (they read 0 without a GPU)."""
+    before = torch.cuda.memory_allocated()
+    fn()
+    return torch.cuda.memory_allocated() - before
+
+
+def memory_delta_total(fn, device):
+    if torch.device(device).type == "cuda":
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        return torch.cuda.memory_allocated(device) - before
+    with track_memory(device) as mem:
+        fn()
+    return mem.allocated  # everything allocated, freed or not
+
+
+def memory_delta_float(fn, device):
+    return float(memory_delta_sync(fn, device))
+
+
+WRONG = [
+    # try_gpu: a string, no index, no bounds, off by one; try_all_gpus: empty, a tuple, cpu appended, a generator
+    ("try_gpu", lambda i=0: f"cuda:{i}" if i < torch.cuda.device_count() else "cpu"),
+    ("try_gpu", lambda i=0: torch.device("cuda") if i < torch.cuda.device_count() else torch.device("cpu")),
+    ("try_gpu", lambda i=0: _cuda_or_cpu(i)),
+    ("try_gpu", lambda i=0: torch.device(f"cuda:{i}") if i <= torch.cuda.device_count() and torch.cuda.is_available()
+     else torch.device("cpu")),
+    ("try_all_gpus", lambda: [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())]),
+    ("try_all_gpus", lambda: tuple(try_all_gpus_loop())),
+    ("try_all_gpus", lambda: [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())] + [torch.device("cpu")]),
+    ("try_all_gpus", lambda: [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count() - 1)] or
+     [torch.device("cpu")]),
+    ("try_all_gpus", lambda: (torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count()))),
+    # to_device
+    ("to_device", to_device_top_level), ("to_device", to_device_drops_leaves), ("to_device", to_device_lists),
+    ("to_device", to_device_plain_tuples), ("to_device", to_device_generator_namedtuple),
+    ("to_device", to_device_in_place), ("to_device", to_device_ignores_non_blocking),
+    ("to_device", to_device_always_non_blocking), ("to_device", to_device_always_copies),
+    ("to_device", to_device_casts), ("to_device", to_device_converts_numpy), ("to_device", to_device_empty_like),
+    ("to_device", to_device_nothing),
+    # time_fn
+    ("time_fn", time_fn_no_sync), ("time_fn", time_fn_sync_before_only), ("time_fn", time_fn_events_no_wait),
+    ("time_fn", time_fn_events_ms), ("time_fn", time_fn_mean), ("time_fn", time_fn_min),
+    ("time_fn", time_fn_times_warmup), ("time_fn", time_fn_extra_call), ("time_fn", time_fn_tensor),
+    ("time_fn", lambda fn, warmup=3, reps=10: bench.time_fn(fn, warmup=warmup, reps=reps)),
+    # transfer_bandwidth
+    ("transfer_bandwidth", bandwidth_seconds), ("transfer_bandwidth", bandwidth_gbps),
+    ("transfer_bandwidth", bandwidth_bits), ("transfer_bandwidth", bandwidth_fixed_buffer),
+    ("transfer_bandwidth", bandwidth_always_pins), ("transfer_bandwidth", bandwidth_no_check),
+    ("transfer_bandwidth", bandwidth_per_millisecond),
+    # memory_delta
+    ("memory_delta", memory_delta_peak), ("memory_delta", memory_delta_absolute),
+    ("memory_delta", memory_delta_reserved), ("memory_delta", memory_delta_keeps_result),
+    ("memory_delta", memory_delta_max_no_reset), ("memory_delta", memory_delta_cuda_only),
+    ("memory_delta", memory_delta_total), ("memory_delta", memory_delta_float),
+]
+
+
+@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
+def test_plausible_wrong_answers_fail(name, fn):
+    r = run_exercise(f"gpu.{name}", fn, hidden=True)
+    assert r.status in ("failed", "error") and r.score < r.points
+
+
+@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
+def test_wrong_answers_get_a_readable_message(name, fn):
+    r = run_exercise(f"gpu.{name}", fn)
+    for c in r.checks:
+        if not c.passed:
+            assert c.message and "Traceback" not in c.message and len(c.message) < 600
+
+
+def test_public_checks_catch_the_classic_mistakes():
+    """The mistakes the chapter warns about are caught before grading, not only by hidden checks."""
+    for name, fn in [("time_fn", time_fn_no_sync), ("time_fn", time_fn_mean), ("time_fn", time_fn_times_warmup),
+                     ("to_device", to_device_drops_leaves), ("to_device", to_device_lists),
+                     ("to_device", to_device_top_level), ("to_device", to_device_in_place),
+                     ("to_device", to_device_plain_tuples), ("to_device", to_device_ignores_non_blocking),
+                     ("try_gpu", WRONG[0][1]), ("try_all_gpus", WRONG[4][1]),
+                     ("transfer_bandwidth", bandwidth_seconds), ("transfer_bandwidth", bandwidth_fixed_buffer),
+                     ("transfer_bandwidth", bandwidth_always_pins),
+                     ("memory_delta", memory_delta_peak), ("memory_delta", memory_delta_absolute),
+                     ("memory_delta", memory_delta_keeps_result)]:
+        r = run_exercise(f"gpu.{name}", fn)
+        assert r.status != "passed", (name, fn.__name__)
+
+
+def test_a_time_fn_without_synchronize_is_told_why():
+    """The message names the cause: the clock saw the launches; synchronize or use events."""
+    r = run_exercise("gpu.time_fn", time_fn_no_sync)
+    failed = {c.name: c.message for c in r.checks if not c.passed}
+    assert list(failed) == ["waits_for_the_gpu"], failed
+    assert "synchronize" in failed["waits_for_the_gpu"] and "launch" in failed["waits_for_the_gpu"]
+
+
+def test_the_simulated_machines_are_put_back():
+    """After every kind of check, torch.cuda is as it was (also after a student function that raised)."""
+    from grader.scenarios import gpu as scenarios
+
+    names = ("is_available", "device_count", "synchronize", "Event", "current_stream", "memory_allocated",
+             "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "current_device")
+    before = {n: getattr(torch.cuda, n) for n in names}
+    memory_before = torch.cuda.memory.memory_allocated
+    for name, fn in [("time_fn", time_fn_events_no_wait), ("memory_delta", memory_delta_peak),
+                     ("try_gpu", try_gpu_d2l), ("transfer_bandwidth", bandwidth_always_pins)]:
+        run_exercise(f"gpu.{name}", fn, hidden=True)
+    assert {n: getattr(torch.cuda, n) for n in names} == before
+    assert torch.cuda.memory.memory_allocated is memory_before
+    assert not scenarios._CALLS
+    if torch.cuda.is_available():
+        assert torch.ones(2).pin_memory().is_pinned()  # no mode left refusing pinning
