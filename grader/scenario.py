@@ -26,6 +26,9 @@ library (never `grader`, whose copy in the kernel the student could have changed
 function the scenario relies on at import (`_grad = torch.autograd.grad`), before student code runs;
 draw random numbers only from the seeds it is given; compute no expected value; release what it
 built (`del`, then `gc.collect()` runs after it) so a misbehaving `__del__` shows up in its own check.
+Plain data nests at most MAX_DEPTH (8) levels of tuples, lists and dicts, counting the call's own two
+levels (the argument tuple and list): flatten deeper specs (an optimizer's state_dict inside a checkpoint)
+into several arguments or records.
 """
 from __future__ import annotations
 

@@ -155,7 +155,9 @@ def pack(x, token, storages, opaque=None, depth=0):
     if depth < 8 and t is dict and all(type(k) in (str, int) for k in x):
         return {k: pack(v, token, storages, opaque, depth + 1) for k, v in x.items()}
     if opaque is None:
-        raise TypeError(f"cannot send a {t.__name__} to the kernel")
+        deep = " nested more than 8 levels deep" if t in (tuple, list, dict) else ""
+        raise TypeError(f"cannot send a {t.__name__}{deep} to the kernel: only plain data crosses (tensors, numbers, "
+                        "strings, sizes, dtypes, devices, and tuples, lists and dicts of them)")
     key = f"{token}{len(opaque)}"
     try:
         text = repr(x)[:200]
