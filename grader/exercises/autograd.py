@@ -1,4 +1,11 @@
-"""Chapter 05 (autograd): public checks. Hidden checks for the same exercises live in grader/hidden/autograd.py."""
+"""Chapter 05 (autograd): public checks. Hidden checks for the same exercises live in grader/hidden/autograd.py.
+
+Most of these exercises need live objects (a function `f` to differentiate, a Function class, a model
+and an optimizer), so their checks run scenarios (grader/scenarios/autograd.py): the scenario drives
+the student's code on functions and models it builds from names, specs and seeds, and returns plain
+data; the check below computes every expected value itself, with torch's own functions bound here at
+import, and judges.
+"""
 from __future__ import annotations
 
 import torch
@@ -16,29 +23,37 @@ _jacobian = torch.autograd.functional.jacobian
 _grad = torch.autograd.grad
 _silu = F.silu
 _sigmoid = torch.sigmoid
-_mse, _ce = F.mse_loss, F.cross_entropy
-_SGD, _Adam = torch.optim.SGD, torch.optim.Adam
+_isclose = torch.isclose
+_isfinite = torch.isfinite
+_LOSSES = {"mse": F.mse_loss, "cross_entropy": F.cross_entropy}
+_OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 FUNCTIONAL = ("torch.autograd.functional.vjp", "torch.autograd.functional.jacobian", "torch.func.vjp",
               "torch.func.jacrev", "torch.func.jacfwd")
 LINEAR_LOSS_GRAD = exercise("autograd.linear_loss_grad", points=2,
-                            forbid=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward"))
+                            forbid=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+                                    "torch.func.grad", "torch.func.grad_and_value", *FUNCTIONAL))
 VJP = exercise("autograd.vjp", points=2, forbid=FUNCTIONAL)
 JACOBIAN = exercise("autograd.jacobian", points=2, forbid=FUNCTIONAL)
 GRADIENT_NORM_PENALTY = exercise("autograd.gradient_norm_penalty", points=2)
-SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"))
+SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"), forbid=("torch.nn.functional.silu",))
 ACCUMULATE_STEP = exercise("autograd.accumulate_step", points=3)
+
+
+def _tolerance(dtype: torch.dtype) -> dict:
+    return {"rtol": 1e-10, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
 
 
 # ---------------------------------------------------------------- linear_loss_grad
 
 def expect_linear_grad(linear_loss_grad, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, how: str) -> None:
-    wr = w.detach().clone().requires_grad_()
-    (0.5 * ((x @ wr - target) ** 2).sum()).backward()
-    want = wr.grad.detach()
-    what = f"linear_loss_grad({how})"
-    got = call(linear_loss_grad, x, w, target, what=what)
-    expect_tensor(got, want, what, rtol=1e-5 if x.dtype == torch.float32 else 1e-10, atol=1e-5)
+    """linear_loss_grad(x, w, target) equals autograd's gradient, computed here (float64 for the reference)."""
+    wr = w.detach().double().requires_grad_()
+    loss = 0.5 * ((x.detach().double() @ wr - target.detach().double()) ** 2).sum()
+    (want,) = _grad(loss, wr)
+    got = call(linear_loss_grad, x, w, target, what=f"linear_loss_grad({how})")
+    expect_tensor(got, want.to(w.dtype), f"linear_loss_grad({how})", **_tolerance(w.dtype))
 
 
 @LINEAR_LOSS_GRAD.check
@@ -50,7 +65,7 @@ def one_output(linear_loss_grad):
 
 @LINEAR_LOSS_GRAD.check
 def several_outputs_float64(linear_loss_grad):
-    """x (8, 5), w (5, 2) in float64"""
+    """x (8, 5), w (5, 2), target (8, 2) in float64"""
     x, w, t = (torch.randn(8, 5, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64),
                torch.randn(8, 2, dtype=torch.float64))
     expect_linear_grad(linear_loss_grad, x, w, t, "x (8, 5), w (5, 2), target (8, 2), float64")
@@ -59,12 +74,20 @@ def several_outputs_float64(linear_loss_grad):
 # ---------------------------------------------------------------- vjp and jacobian
 
 def expect_vjp(vjp, name: str, x: torch.Tensor, v: torch.Tensor, how: str) -> dict:
-    f = scenarios.FUNCTIONS[name]
-    _, want = _vjp(f, x, v)
+    """The student's vjp on the named function equals torch.autograd.functional.vjp; the scenario's report."""
+    _, want = _vjp(scenarios.FUNCTIONS[name], x, v)
     out = run_scenario(scenarios.vjp_report, vjp, name, x, v)
-    what = f"vjp(f, x, v) for {how}"
-    expect_tensor(out["vjp"], want, what, rtol=1e-7, atol=1e-9)
+    expect_tensor(out["vjp"], want, f"vjp(f, x, v) for {how}", rtol=1e-7, atol=1e-9)
     return out
+
+
+def expect_one_backward(out: dict, how: str) -> None:
+    calls = out["backward_calls"]
+    expect(calls == 1, f"vjp(f, x, v) for {how} ran {calls} backward passes through f; a vector-Jacobian product "
+                       "is exactly one (pass v as the output gradient; never build the Jacobian)")
+    expect(not out["batched_calls"], f"vjp(f, x, v) for {how} ran a batched backward pass (vmap or "
+                                     "is_grads_batched): that builds the Jacobian, one row per output element; a "
+                                     "vector-Jacobian product is one plain backward pass with v as the output gradient")
 
 
 @VJP.check
@@ -75,23 +98,30 @@ def elementwise_square(vjp):
 
 
 @VJP.check
-def vector_to_fewer_outputs(vjp):
-    """f: (6,) -> (3,) and f: (4,) -> (4, 4): v has f(x)'s shape, the result x's"""
-    x = torch.randn(6, dtype=torch.float64)
-    expect_vjp(vjp, "mixed", x, torch.randn(3, dtype=torch.float64), "f: (6,) -> (3,)")
-    x = torch.randn(4, dtype=torch.float64)
-    expect_vjp(vjp, "outer", x, torch.randn(4, 4, dtype=torch.float64), "f(x) = outer(x, cos x): (4,) -> (4, 4)")
+def fewer_and_more_outputs_one_pass(vjp):
+    """f: (6,) -> (3,) and f: (4,) -> (4, 4), each with one backward pass: v has f(x)'s shape, the result x's"""
+    how = "f: (6,) -> (3,)"
+    expect_one_backward(expect_vjp(vjp, "mixed", torch.randn(6, dtype=torch.float64),
+                                   torch.randn(3, dtype=torch.float64), how), how)
+    how = "f(x) = outer(x, cos x): (4,) -> (4, 4)"
+    expect_one_backward(expect_vjp(vjp, "outer", torch.randn(4, dtype=torch.float64),
+                                   torch.randn(4, 4, dtype=torch.float64), how), how)
 
 
 def expect_jacobian(jacobian, name: str, x: torch.Tensor, how: str) -> dict:
+    """The student's jacobian of the named function equals torch.autograd.functional.jacobian."""
     want = _jacobian(scenarios.FUNCTIONS[name], x)
     out = run_scenario(scenarios.jacobian_report, jacobian, name, x)
     what = f"jacobian(f, x) for {how}"
     got = out["jacobian"]
-    if isinstance(got, torch.Tensor) and got.dim() == 2 and want.dim() == 2 and got.shape == want.shape[::-1] \
-            and got.shape != want.shape:
-        fail(f"{what} has shape {tuple(got.shape)}: rows and columns swapped; J[i, j] is d f_i / d x_j, "
-             f"shape f(x).shape + x.shape = {tuple(want.shape)}")
+    if isinstance(got, torch.Tensor) and got.shape != want.shape:
+        y_shape, x_shape = tuple(want.shape[:want.dim() - x.dim()]), tuple(x.shape)
+        if tuple(got.shape) == x_shape + y_shape:
+            fail(f"{what} has shape {tuple(got.shape)} = x.shape + f(x).shape: rows and columns are swapped. "
+                 f"J[i..., j...] is d f(x)[i...] / d x[j...], of shape f(x).shape + x.shape = {tuple(want.shape)}")
+        if got.numel() == want.numel():
+            fail(f"{what} has shape {tuple(got.shape)}, expected f(x).shape + x.shape = {tuple(want.shape)} "
+                 f"(f(x) has shape {y_shape}, x {x_shape})")
     expect_tensor(got, want, what, rtol=1e-7, atol=1e-9)
     return out
 
@@ -114,6 +144,73 @@ def matrix_input(jacobian):
     expect_jacobian(jacobian, "matrix", torch.randn(2, 3, dtype=torch.float64), "f(x) = x @ x.T + x.sum()")
 
 
+# ---------------------------------------------------------------- gradient_norm_penalty
+
+SPEC = [["Linear", 3, 4], ["Tanh"], ["Linear", 4, 2]]
+
+
+def reference_penalty(spec, seed: int, x: torch.Tensor, y: torch.Tensor, h: float = 1e-6
+                      ) -> tuple[torch.Tensor, list[torch.Tensor], float]:
+    """The expected penalty, the norm of the loss's gradient, and its gradient with respect to each parameter,
+    by central finite differences of that norm (float64): an oracle that needs no second derivative. Also
+    the sum of the per-parameter norms (a classic mistake), for the message."""
+    model = torch.nn.Sequential(*common.build_all(spec, seed)).double()
+    params = list(model.parameters())
+
+    def norm() -> float:
+        grads = _grad(_LOSSES["mse"](model(x), y), params)
+        return float(sum(float((g * g).sum()) for g in grads)) ** 0.5
+
+    numeric = []
+    for p in params:
+        d = torch.zeros_like(p).reshape(-1)
+        flat = p.detach().view(-1)  # the parameter's own storage: the model sees each nudge
+        for i in range(flat.numel()):
+            flat[i] += h
+            plus = norm()
+            flat[i] -= 2 * h
+            minus = norm()
+            flat[i] += h
+            d[i] = (plus - minus) / (2 * h)
+        numeric.append(d.reshape(p.shape))
+    per_parameter = sum(float(g.norm()) for g in _grad(_LOSSES["mse"](model(x), y), params))
+    return torch.tensor(norm(), dtype=torch.float64), numeric, per_parameter
+
+
+def expect_penalty(gradient_norm_penalty, spec, seed: int, batch: int, how: str) -> None:
+    x = torch.randn(batch, spec[0][1], dtype=torch.float64)
+    y = torch.randn(batch, spec[-1][2], dtype=torch.float64)
+    want, want_grads, per_parameter = reference_penalty(spec, seed, x, y)
+    out = run_scenario(scenarios.penalty_report, gradient_norm_penalty, spec, seed, x, y)
+    what = f"gradient_norm_penalty(loss, params) for {how}"
+    penalty = out["penalty"]
+    if not isinstance(penalty, torch.Tensor):
+        fail(f"{what} should return a 0-dim tensor, got {describe(penalty)}")
+    expect_tensor_like(penalty, (), torch.float64, None, what)
+    w = float(want)
+    if abs(float(penalty) - w * w) <= 1e-9 * w * w and abs(w - 1) > 1e-3:
+        fail(f"{what} returned {float(penalty):.6g}, the *squared* norm; the L2 norm is its square root")
+    if abs(float(penalty) - per_parameter) <= 1e-9 * per_parameter and len(want_grads) > 1:
+        fail(f"{what} returned {float(penalty):.6g}, the sum of each parameter's gradient norm; the penalty is "
+             "one norm over all the gradients together (the square root of the sum of all their squares)")
+    expect_tensor(penalty, want, what, rtol=1e-9, atol=1e-12)
+    expect(not any(out["grads_left"]), f"{what} left gradients in the parameters' .grad: use torch.autograd.grad, "
+                                       "which returns them, instead of .backward(), which accumulates them")
+    expect(out["requires_grad"], f"{what} is not differentiable: compute the gradients with create_graph=True so "
+                                 "the penalty can be backpropagated")
+    for i, (got, wg) in enumerate(zip(out["d_penalty"], want_grads)):
+        expect(got is not None, f"{what} does not depend on parameter {i} through autograd: build the penalty from "
+                                "the gradients returned with create_graph=True, with torch operations only")
+        expect_tensor(got, wg, f"the gradient of your penalty with respect to parameter {i} (shape "
+                               f"{tuple(wg.shape)})", rtol=1e-5, atol=1e-7)
+
+
+@GRADIENT_NORM_PENALTY.check
+def small_regression(gradient_norm_penalty):
+    """a 2-layer model's MSE loss: the norm of its gradient, and the gradient of that norm"""
+    expect_penalty(gradient_norm_penalty, SPEC, 0, 5, "a Linear(3, 4), Tanh, Linear(4, 2) model")
+
+
 # ---------------------------------------------------------------- SiLU
 
 def silu_grad(x: torch.Tensor) -> torch.Tensor:
@@ -123,15 +220,23 @@ def silu_grad(x: torch.Tensor) -> torch.Tensor:
 
 
 def expect_silu(SiLU, silu, x: torch.Tensor, how: str) -> dict:
+    """Forward equals F.silu; the output comes from the student's own Function, whose backward gives the
+    derivative; the scenario's report."""
     g = torch.randn_like(x)
     out = run_scenario(scenarios.silu_report, SiLU, silu, x, g)
     expect(out["is_function"], f"SiLU should be a subclass of torch.autograd.Function, got {out['function_name']}")
     expect_tensor(out["y"], _silu(x), f"silu({how})", rtol=1e-10, atol=1e-12)
-    expect(out["grad_fn"] == f"{out['function_name']}Backward",
-           f"silu({how}).grad_fn is {out['grad_fn']}, not your SiLU's backward node: silu should return "
-           "SiLU.apply(x), and SiLU.forward should compute without calling F.silu")
-    expect_tensor(out["grad"], g * silu_grad(x), f"the gradient of silu({how}) from your backward",
-                  rtol=1e-10, atol=1e-12)
+    expect(out["own_node"], f"silu({how}).grad_fn is {out['grad_fn']}, not your SiLU's backward node: silu should "
+                            "return SiLU.apply(x)")
+    expect(out["backward_calls"] == 1, f"backpropagating through silu({how}) ran your SiLU.backward "
+                                       f"{out['backward_calls']} times, expected once")
+    grad = out["grad"]
+    if isinstance(grad, torch.Tensor) and grad.shape == x.shape and not bool(_isfinite(grad).all()):
+        bad = int((~_isfinite(grad)).nonzero()[0][0]) if grad.dim() == 1 else None
+        at = f" at x = {float(x[bad]):g}" if bad is not None else ""
+        fail(f"your backward gave {float(grad.reshape(-1)[~_isfinite(grad.reshape(-1))][0])}{at} for silu({how}): "
+             "write the derivative so that it cannot overflow (sigmoid(x) stays in [0, 1]; exp(-x) does not)")
+    expect_tensor(grad, g * silu_grad(x), f"the gradient of silu({how}) from your backward", rtol=1e-10, atol=1e-12)
     return out
 
 
@@ -142,99 +247,108 @@ def forward_and_backward(SiLU, silu):
 
 
 @SILU.check
+def backward_is_your_own(SiLU, silu):
+    """forward saves x with ctx.save_for_backward; backward applies the derivative's formula, not autograd"""
+    out = expect_silu(SiLU, silu, torch.randn(7, dtype=torch.float64), "x = randn(7), float64")
+    expect(out["saved"], "your SiLU.forward saved nothing with ctx.save_for_backward: save the input tensor(s) "
+                         "the backward needs that way (not as attributes of ctx)")
+    expect(out["saved_in_backward"] == 0, "your SiLU.backward recorded a graph while it ran (it saved "
+                                          f"{out['saved_in_backward']} tensors for a backward pass): it should "
+                                          "compute grad_output times the derivative's formula, not differentiate "
+                                          "x * sigmoid(x) with autograd")
+
+
+@SILU.check
 def passes_gradcheck(SiLU, silu):
     """torch.autograd.gradcheck agrees with finite differences in float64"""
     out = expect_silu(SiLU, silu, torch.randn(10, dtype=torch.float64), "x = randn(10), float64")
     expect(out["gradcheck"], f"gradcheck(silu, x) failed: {out['gradcheck_error']}")
 
 
-# ---------------------------------------------------------------- gradient_norm_penalty
-
-SPEC = [["Linear", 3, 4], ["Tanh"], ["Linear", 4, 2]]
-
-
-def reference_penalty(spec, seed: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The expected penalty and its gradient, computed with torch in this process on the same model."""
-    model = torch.nn.Sequential(*common.build_all(spec, seed)).double()
-    torch.manual_seed(seed + 1)
-    x = torch.randn(5, spec[0][1], dtype=torch.float64)
-    y = torch.randn(5, spec[-1][2], dtype=torch.float64)
-    params = list(model.parameters())
-    grads = _grad(_mse(model(x), y), params, create_graph=True)
-    penalty = torch.sqrt(sum((g ** 2).sum() for g in grads))
-    return penalty.detach(), [g.detach() for g in _grad(penalty, params)]
-
-
-def expect_penalty(gradient_norm_penalty, spec, seed: int) -> None:
-    want, want_grads = reference_penalty(spec, seed)
-    out = run_scenario(scenarios.penalty_report, gradient_norm_penalty, spec, seed)
-    what = "gradient_norm_penalty(loss, params)"
-    penalty = out["penalty"]
-    if not isinstance(penalty, torch.Tensor):
-        fail(f"{what} should return a 0-dim tensor, got {describe(penalty)}")
-    expect_tensor_like(penalty, (), torch.float64, None, what)
-    if abs(float(penalty) - float(want) ** 2) <= 1e-9 * float(want) ** 2 and abs(float(want) - 1) > 1e-6:
-        fail(f"{what} returned {float(penalty):.6g}, the *squared* norm; the L2 norm is its square root")
-    expect_tensor(penalty, want, what, rtol=1e-9, atol=1e-12)
-    expect(out["requires_grad"], f"{what} is not differentiable: compute the gradients with create_graph=True so "
-                                 "the penalty can be backpropagated")
-    expect(not any(out["grads_left"]), f"{what} left gradients in the parameters' .grad: use torch.autograd.grad, "
-                                       "which returns them, instead of .backward(), which accumulates them")
-    for i, (got, w) in enumerate(zip(out["d_penalty"], want_grads)):
-        expect_tensor(got, w, f"the gradient of your penalty with respect to parameter {i}", rtol=1e-7, atol=1e-10)
-
-
-@GRADIENT_NORM_PENALTY.check
-def small_regression(gradient_norm_penalty):
-    """a 2-layer model's MSE loss: the norm of its gradient, and the gradient of that norm"""
-    expect_penalty(gradient_norm_penalty, SPEC, 0)
-
-
 # ---------------------------------------------------------------- accumulate_step
 
-def batches(count: int, size: int, dim_in: int, dim_out: int, classes: int = 0) -> list:
+def batches(count: int, size: int, dim_in: int, dim_out: int, classes: int = 0,
+            dtype: torch.dtype = torch.float32) -> list:
     out = []
     for _ in range(count):
-        x = torch.randn(size, dim_in, dtype=torch.float64)
-        y = torch.randint(0, classes, (size,)) if classes else torch.randn(size, dim_out, dtype=torch.float64)
+        x = torch.randn(size, dim_in, dtype=dtype)
+        y = torch.randint(0, classes, (size,)) if classes else torch.randn(size, dim_out, dtype=dtype)
         out.append((x, y))
     return out
 
 
-def reference_step(spec, seed: int, loss_name: str, optimizer_name: str, lr: float,
-                   micro: list) -> dict[str, torch.Tensor]:
-    """One optimizer step on the concatenated batch, with torch in this process."""
-    model = torch.nn.Sequential(*common.build_all(spec, seed)).double()
-    opt = (_SGD if optimizer_name == "sgd" else _Adam)(model.parameters(), lr=lr)
-    x = torch.cat([m[0] for m in micro])
-    y = torch.cat([m[1] for m in micro])
-    loss = (_mse if loss_name == "mse" else _ce)(model(x), y)
-    opt.zero_grad()
-    loss.backward()
+def _reference_model(spec, seed: int, dtype: str) -> torch.nn.Module:
+    return torch.nn.Sequential(*common.build_all(spec, seed)).to(_DTYPES[dtype])
+
+
+def _grads(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    names, params = zip(*model.named_parameters())
+    return dict(zip(names, (g.detach() for g in _grad(loss, list(params)))))
+
+
+def reference_step(spec, seed: int, dtype: str, loss_name: str, optimizer_name: str, lr: float,
+                   micro: list) -> tuple[dict, dict, dict]:
+    """With torch in this process: the parameters after one step on the concatenated batch, its mean
+    gradient, and the gradient of the last micro-batch alone (divided by their number), for messages."""
+    loss_fn = _LOSSES[loss_name]
+    model = _reference_model(spec, seed, dtype)
+    last = {n: g / len(micro) for n, g in _grads(model, loss_fn(model(micro[-1][0]), micro[-1][1])).items()}
+    x, y = torch.cat([m[0] for m in micro]), torch.cat([m[1] for m in micro])
+    grads = _grads(model, loss_fn(model(x), y))
+    opt = _OPTIMIZERS[optimizer_name](model.parameters(), lr=lr)
+    for name, p in model.named_parameters():
+        p.grad = grads[name].clone()
     opt.step()
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
+    return {name: p.detach().clone() for name, p in model.named_parameters()}, grads, last
 
 
-def expect_accumulate(accumulate_step, spec, seed: int, loss_name: str, optimizer_name: str, lr: float,
+def _all_close(got: dict, want: dict, rtol: float, atol: float) -> bool:
+    return all(isinstance(got.get(n), torch.Tensor) and got[n].shape == w.shape and got[n].dtype == w.dtype
+               and bool(_isclose(got[n], w, rtol=rtol, atol=atol).all()) for n, w in want.items())
+
+
+def expect_accumulate(accumulate_step, spec, seed: int, dtype: str, loss_name: str, optimizer_name: str, lr: float,
                       micro: list, stale: bool, how: str) -> None:
-    want = reference_step(spec, seed, loss_name, optimizer_name, lr, micro)
-    got = run_scenario(scenarios.accumulate_report, accumulate_step, spec, seed, loss_name, optimizer_name, lr,
-                       micro, stale)
+    want, want_grads, last = reference_step(spec, seed, dtype, loss_name, optimizer_name, lr, micro)
+    out = run_scenario(scenarios.accumulate_report, accumulate_step, spec, seed, dtype, loss_name, optimizer_name,
+                       lr, micro, stale)
     what = f"accumulate_step with {how}"
+    k, rows = len(micro), micro[0][0].shape[0]
+    tol = {"rtol": 1e-9, "atol": 1e-11} if dtype == "float64" else {"rtol": 1e-5, "atol": 1e-6}
+    expect(out["steps"] == 1, f"{what} took {out['steps']} optimizer steps; accumulation takes exactly one, after "
+                              "the backward of every micro-batch")
+    expect(all(r <= rows for r in out["forward_rows"]),
+           f"{what} ran the model on {max(out['forward_rows'], default=0)} rows at once; run it on one micro-batch "
+           f"({rows} rows) at a time: that is what keeps activation memory at one micro-batch's")
+    grads = out["grads"]
+    if k > 1 and _all_close(grads, {n: g * k for n, g in want_grads.items()}, 1e-4, 1e-6):
+        fail(f"{what}: the gradient is {k} times the batch's mean gradient: divide each micro-batch's loss "
+             f"(or the summed gradient) by the number of micro-batches, {k}")
+    if stale and _all_close(grads, {n: g + 100 for n, g in want_grads.items()}, 1e-4, 1e-4):
+        fail(f"{what}: the gradients left in .grad before the call (100 everywhere) were added to the step: "
+             "zero the gradients first")
+    if k > 1 and _all_close(grads, last, 1e-4, 1e-6):
+        fail(f"{what}: only the last micro-batch's gradient reached the step: zero the gradients once before the "
+             "loop, not between micro-batches")
     for name, value in want.items():
-        expect_tensor(got[name], value, f"{what}: parameter {name} after the step, against one step on the "
-                                        "concatenated batch", rtol=1e-9, atol=1e-11)
+        expect_tensor(out["parameters"][name], value, f"{what}: parameter {name} after the step, against one step "
+                                                      "on the concatenated batch", **tol)
+    for name, value in want_grads.items():
+        expect(grads[name] is not None, f"{what}: after the step, {name}.grad is None; leave the whole batch's mean "
+                                        "gradient in .grad (zero the gradients at the start of the step, not after it)")
+        expect_tensor(grads[name], value, f"{what}: {name}.grad after the step (the whole batch's mean gradient)",
+                      rtol=1e-4 if dtype == "float32" else 1e-9, atol=1e-6 if dtype == "float32" else 1e-11)
 
 
 @ACCUMULATE_STEP.check
 def four_micro_batches_sgd(accumulate_step):
     """4 micro-batches of 3 rows, MSE, SGD: the same step as one batch of 12"""
-    expect_accumulate(accumulate_step, SPEC, 1, "mse", "sgd", 0.1, batches(4, 3, 3, 2), False,
+    expect_accumulate(accumulate_step, SPEC, 1, "float32", "mse", "sgd", 0.1, batches(4, 3, 3, 2), False,
                       "4 micro-batches of 3, MSE, SGD(lr=0.1)")
 
 
 @ACCUMULATE_STEP.check
 def stale_gradients_do_not_count(accumulate_step):
     """gradients left in the model from before must not leak into the step"""
-    expect_accumulate(accumulate_step, SPEC, 2, "mse", "sgd", 0.1, batches(2, 4, 3, 2), True,
+    expect_accumulate(accumulate_step, SPEC, 2, "float32", "mse", "sgd", 0.1, batches(2, 4, 3, 2), True,
                       "2 micro-batches of 4 and stale gradients in the model")
