@@ -46,14 +46,14 @@ def solution_blocks() -> list[list[str]]:
 
 
 def leaked(blocks: list[list[str]], text: str) -> list[str]:
-    """Solution blocks whose lines appear in `text` as a run: 3 consecutive lines (a whole block if shorter).
+    """Solution blocks whose lines appear in `text` as a run: 4 consecutive lines (a whole block if shorter).
 
     A single generic line (`return x`, `device = torch.device(device)`) is no leak; a run of a body is."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     joined = "\n".join(lines)
     found = []
     for block in blocks:
-        size = min(3, len(block))
+        size = min(4, len(block))
         if size < 2 and len(block[0]) < 40:
             continue  # a one-line body that short is too generic to tell apart
         for i in range(len(block) - size + 1):
@@ -63,15 +63,22 @@ def leaked(blocks: list[list[str]], text: str) -> list[str]:
     return found
 
 
-def hidden_check_names() -> set[str]:
-    """The function names of the hidden checks."""
-    names = set()
+def hidden_check_blocks() -> list[list[str]]:
+    """The body of every hidden check (below its docstring), as its substantial stripped lines."""
+    blocks = []
     for path in (ROOT / "grader" / "hidden").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef) and any(
-                    isinstance(d, ast.Attribute) and d.attr == "hidden" for d in node.decorator_list):
-                names.add(node.name)
-    return names
+                    isinstance(d, ast.Attribute) and d.attr == "hidden" or
+                    isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "hidden"
+                    for d in node.decorator_list):
+                body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body
+                lines = [line.strip() for stmt in body for line in ast.get_source_segment(source, stmt).splitlines()
+                         if line.strip() and not line.strip().startswith("#")]
+                if lines:
+                    blocks.append(lines)
+    return blocks
 
 
 def test_the_zip_holds_no_solution_no_hidden_check_and_nothing_to_rebuild_them(student_release):
@@ -94,10 +101,10 @@ def test_the_zip_holds_no_solution_no_hidden_check_and_nothing_to_rebuild_them(s
     assert blocks
     found = [(hit, n) for n, t in code.items() for hit in leaked(blocks, t)]
     assert not found, found[:5]
-    hidden = hidden_check_names()
+    hidden = hidden_check_blocks()
     assert hidden
-    defined = [(name, n) for name in hidden for n, t in code.items() if re.search(rf"\bdef {re.escape(name)}\(", t)]
-    assert not defined, defined[:5]
+    found = [(hit, n) for n, t in code.items() for hit in leaked(hidden, t)]
+    assert not found, found[:5]
     assert "make lab" in texts["student/README.md"] and "hand in" in texts["student/README.md"].lower()
 
 

@@ -40,7 +40,7 @@ def every_dtype(tensor_nbytes):
 @TENSOR_NBYTES.hidden
 def far_too_big_to_allocate(tensor_nbytes):
     """an exabyte of int64 is an ordinary number"""
-    expect_nbytes(tensor_nbytes, (10**9, 10**9), torch.int64, 8 * 10**18)
+    expect_nbytes(tensor_nbytes, (2 * 10**9, 10**9, 3), torch.complex128, 96 * 10**18)
 
 
 @TRAINING_MEMORY.hidden
