@@ -1,0 +1,492 @@
+"""Chapter 07 (initialization): public checks. Hidden checks for the same exercises live in grader/hidden/initialization.py.
+
+Random draws depend on how a student uses the random number generators, so the checks on random output are
+statistical: each bound is stated with the probability that a CORRECT answer fails it (its false-failure
+probability), chosen so small that a correct answer passes essentially always while the wrong answers the
+chapter warns about miss the bound by many standard deviations.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grader.expect import call, describe, expect, expect_raises, fail
+from grader.registry import exercise
+from grader.scenario import run_scenario
+from grader.scenarios import initialization as scenarios
+
+_Linear = torch.nn.Linear  # the references, bound before any student code runs
+_calculate_gain = torch.nn.init.calculate_gain
+_xavier_normal = torch.nn.init.xavier_normal_
+_kaiming_normal = torch.nn.init.kaiming_normal_
+_empty = torch.empty
+_Tensor = torch.Tensor
+
+DEFAULT_LINEAR_BOUND = exercise("initialization.default_linear_bound", points=1)
+XAVIER_STD = exercise("initialization.xavier_std", points=1)
+KAIMING_STD = exercise("initialization.kaiming_std", points=2)
+ACTIVATION_STDS = exercise("initialization.activation_stds", points=3)
+INIT_MIXTURE = exercise("initialization.init_mixture_", points=3)
+SEED_EVERYTHING = exercise("initialization.seed_everything", points=2)
+
+
+def expect_python_float(value, what: str) -> float:
+    """A Python float (an int is accepted too): not a tensor, a NumPy scalar or a bool; finite."""
+    if type(value) not in (int, float):
+        hint = ""
+        if isinstance(value, _Tensor):
+            hint = "; return a Python number (math.sqrt, or float(...) of the tensor)"
+        elif type(value).__module__ == "numpy":
+            hint = "; convert it with float(...)"
+        fail(f"{what} should be a Python float, got {type(value).__module__}.{type(value).__name__}"
+             f" {value!r}"[:200] + hint)
+    if not math.isfinite(value):
+        fail(f"{what} should be finite, got {value}")
+    return float(value)
+
+
+def expect_close(got: float, want: float, what: str, rel: float = 1e-9) -> None:
+    if not math.isclose(got, want, rel_tol=rel, abs_tol=0.0):
+        fail(f"{what} returned {got!r}, expected {want!r}")
+
+
+# ---------------------------------------------------------------- default_linear_bound
+
+@DEFAULT_LINEAR_BOUND.check
+def values(default_linear_bound):
+    """fan_in = 1, 3, 4, 100 give 1, 0.577..., 0.5, 0.1"""
+    for fan_in, want in [(1, 1.0), (3, 0.5773502691896258), (4, 0.5), (100, 0.1)]:
+        got = expect_python_float(call(default_linear_bound, fan_in, what=f"default_linear_bound({fan_in})"),
+                                  f"default_linear_bound({fan_in})")
+        expect_close(got, want, f"default_linear_bound({fan_in})")
+
+
+@DEFAULT_LINEAR_BOUND.check
+def matches_nn_linear(default_linear_bound):
+    """it is the bound of a fresh nn.Linear's weight and bias (every value inside, the extremes reach it)"""
+    for fan_in in (10, 300):
+        layer = _Linear(fan_in, 10**6 // fan_in)  # about a million weights, 10**6 // fan_in biases
+        bound = expect_python_float(call(default_linear_bound, fan_in, what=f"default_linear_bound({fan_in})"),
+                                    f"default_linear_bound({fan_in})")
+        for name, p in (("weight", layer.weight), ("bias", layer.bias)):
+            top = float(p.detach().abs().max())
+            expect(top <= bound * (1 + 1e-6),
+                   f"nn.Linear({fan_in}, {layer.out_features}).{name} holds a value of size {top:.6g}, "
+                   f"beyond default_linear_bound({fan_in}) = {bound:.6g}")
+            # |w| / bound is uniform on [0, 1]: all n values below 1 - eps has probability (1 - eps)^n ~ e^(-eps n);
+            # eps = 100 / n makes a false failure e^-100 (below 1e-43).
+            eps = 100 / p.numel()
+            expect(top >= bound * (1 - eps),
+                   f"default_linear_bound({fan_in}) = {bound:.6g}, but the largest of the {p.numel()} values of a "
+                   f"fresh nn.Linear({fan_in}, {layer.out_features}).{name} is only {top:.6g}: the bound is too large")
+
+
+# ---------------------------------------------------------------- xavier_std / kaiming_std
+
+@XAVIER_STD.check
+def xavier_values(xavier_std):
+    """sqrt(2 / (fan_in + fan_out)) times the gain: (100, 100) -> 0.1, (3, 5) -> 0.5, gain 2 doubles it"""
+    for args, want in [((100, 100), 0.1), ((3, 5), 0.5), ((30, 20), 0.2), ((3, 5, 2.0), 1.0), ((18, 32, 5 / 3), 1 / 3)]:
+        what = f"xavier_std{args}"
+        got = expect_python_float(call(xavier_std, *args, what=what), what)
+        if args[:2] == (100, 100) and math.isclose(got, math.sqrt(1 / 200), rel_tol=1e-6):
+            fail(f"{what} returned {got:.6g} = sqrt(1 / (fan_in + fan_out)): Xavier's variance is "
+                 "2 / (fan_in + fan_out), the mean of 1/fan_in (forward) and 1/fan_out (backward)")
+        expect_close(got, want, what)
+
+
+@XAVIER_STD.check
+def matches_xavier_normal(xavier_std):
+    """it is the standard deviation nn.init.xavier_normal_ gives a (fan_out, fan_in) weight"""
+    for fan_in, fan_out, gain in [(400, 2500, 1.0), (1000, 1000, _calculate_gain("tanh"))]:
+        w = _empty(fan_out, fan_in)
+        _xavier_normal(w, gain=gain)
+        # The sample std of n = 10^6 normal values is off by about 1/sqrt(2n) = 7e-4 (relative): the 1% bound is
+        # 14 of those, a false failure has probability below 1e-40.
+        measured = float(w.std())
+        what = f"xavier_std({fan_in}, {fan_out}, gain={gain:.4g})"
+        got = expect_python_float(call(xavier_std, fan_in, fan_out, gain, what=what), what)
+        expect(abs(got / measured - 1) < 0.01,
+               f"{what} returned {got:.6g}, but nn.init.xavier_normal_ on a ({fan_out}, {fan_in}) weight gives "
+               f"values with standard deviation {measured:.6g}")
+
+
+def _gains():
+    return {name: _calculate_gain(name) for name in ("linear", "sigmoid", "tanh", "relu", "leaky_relu")}
+
+
+@KAIMING_STD.check
+def kaiming_values(kaiming_std):
+    """gain / sqrt(fan_in): relu 2 -> 1.0, linear 100 -> 0.1, tanh 25 -> 1/3, sigmoid 4 -> 0.5"""
+    for fan_in, nonlinearity, want in [(2, "relu", 1.0), (50, "relu", 0.2), (100, "linear", 0.1),
+                                       (25, "tanh", 1 / 3), (4, "sigmoid", 0.5)]:
+        what = f"kaiming_std({fan_in}, {nonlinearity!r})"
+        got = expect_python_float(call(kaiming_std, fan_in, nonlinearity, what=what), what)
+        if nonlinearity in ("relu", "tanh") and math.isclose(got, 1 / math.sqrt(fan_in), rel_tol=1e-6):
+            fail(f"{what} returned {got:.6g} = 1/sqrt(fan_in): the gain for {nonlinearity} is missing "
+                 f"(nn.init.calculate_gain({nonlinearity!r}) = {_calculate_gain(nonlinearity):.6g})")
+        expect_close(got, want, what)
+
+
+@KAIMING_STD.check
+def default_is_relu(kaiming_std):
+    """the default nonlinearity is relu, and leaky_relu uses its default slope 0.01"""
+    what = "kaiming_std(8)"
+    got = expect_python_float(call(kaiming_std, 8, what=what), what)
+    expect_close(got, 0.5, what)
+    what = "kaiming_std(1, 'leaky_relu')"
+    got = expect_python_float(call(kaiming_std, 1, "leaky_relu", what=what), what)
+    expect_close(got, math.sqrt(2 / (1 + 0.01**2)), what)
+
+
+@KAIMING_STD.check
+def matches_kaiming_normal(kaiming_std):
+    """it is the standard deviation nn.init.kaiming_normal_ gives a weight, for each nonlinearity"""
+    for nonlinearity in _gains():
+        w = _empty(1000, 1000)
+        _kaiming_normal(w, nonlinearity=nonlinearity)  # mode="fan_in": fan_in is w.shape[1]
+        measured = float(w.std())  # relative error ~7e-4 for 10^6 values: the 1% bound is 14 sigma (below 1e-40)
+        what = f"kaiming_std(1000, {nonlinearity!r})"
+        got = expect_python_float(call(kaiming_std, 1000, nonlinearity, what=what), what)
+        expect(abs(got / measured - 1) < 0.01,
+               f"{what} returned {got:.6g}, but nn.init.kaiming_normal_(w, nonlinearity={nonlinearity!r}) on a "
+               f"(1000, 1000) weight gives values with standard deviation {measured:.6g}")
+
+
+@KAIMING_STD.check
+def unknown_nonlinearity(kaiming_std):
+    """an unknown nonlinearity raises ValueError"""
+    for name in ("not_a_nonlinearity", "tanhh"):
+        expect_raises(ValueError, lambda: kaiming_std(100, name), f"kaiming_std(100, {name!r})")
+
+
+# ---------------------------------------------------------------- activation_stds
+
+# Where these bounds come from: the per-layer mean of log(std_{l+1} / std_l) over 9 steps was measured for a
+# correct implementation on 3000 seeds at width 256 (batch 1024): for ReLU nets its standard deviation is 0.0172
+# (the weights are shared by the whole batch, so the batch does not average it away), for linear and tanh nets
+# below 0.003; its distribution looks normal (skew 0.03, excess kurtosis -0.1, extremes at 3.8 sigma). A bound
+# 0.12 away from the theory is 7 sigma for ReLU: a false failure has probability about 3e-12 (normal tails).
+RELU_LOG_TOL = 0.12
+KAIMING_RELU_STD = math.sqrt(2) * math.sqrt(0.5 - 1 / (2 * math.pi))  # std(relu(z)), z ~ N(0, 2): 0.8256
+
+
+def stds_of(activation_stds, depth, width, init, nonlinearity, **kwargs):
+    extra = "".join(f", {k}={v!r}" for k, v in kwargs.items())
+    what = f"activation_stds({depth}, {width}, {init!r}, {nonlinearity!r}{extra})"
+    got = activation_stds(depth, width, init, nonlinearity, **kwargs)
+    if type(got) not in (list, tuple):
+        fail(f"{what} should return a list of floats, got {describe(got)}")
+    if len(got) != depth:
+        fail(f"{what} returned {len(got)} values; it should return one per layer ({depth})")
+    values = [expect_python_float(v, f"{what}[{i}]") for i, v in enumerate(got)]
+    for i, v in enumerate(values):
+        expect(v > 0, f"{what}[{i}] = {v!r}: a standard deviation of real activations is positive")
+    return values, what
+
+
+def mean_log_ratio(values):
+    """The per-layer growth of the std, as the mean of log(std_{l+1} / std_l): log(std_last / std_first) / (depth - 1)."""
+    return math.log(values[-1] / values[0]) / (len(values) - 1)
+
+
+def expect_growth(values, what, want_factor, tol, story):
+    got = mean_log_ratio(values)
+    lo, hi = want_factor * math.exp(-tol), want_factor * math.exp(tol)
+    if not lo <= math.exp(got) <= hi:
+        fail(f"{what}: the std changes by a factor of {math.exp(got):.4g} per layer on average (from {values[0]:.4g} "
+             f"at layer 1 to {values[-1]:.4g} at layer {len(values)}); {story}, so the factor should be in "
+             f"[{lo:.3g}, {hi:.3g}]")
+
+
+@ACTIVATION_STDS.check
+def one_float_per_layer(activation_stds):
+    """one positive Python float per layer"""
+    for depth in (1, 3):
+        stds_of(activation_stds, depth, 32, "kaiming", "relu")
+
+
+@ACTIVATION_STDS.check
+def kaiming_relu_stays(activation_stds):
+    """kaiming + relu: the std after each ReLU starts at 0.826 and stays (factor 1 per layer)"""
+    values, what = stds_of(activation_stds, 10, 256, "kaiming", "relu")
+    # Layer 1 measures relu(z) with z ~ N(0, 2): std sqrt(2) * sqrt(1/2 - 1/(2 pi)) = 0.8256. Over 3000 seeds its
+    # sample standard deviation was 0.0031 at batch 1024 (0.0038 at 512): the bound 0.03 is 8 sigma (below 1e-15).
+    expect(abs(values[0] - KAIMING_RELU_STD) < 0.03,
+           f"{what}[0] = {values[0]:.4g}; the std of the first layer's output AFTER the ReLU should be about "
+           f"{KAIMING_RELU_STD:.4f} (the pre-activation has variance 2, its ReLU std sqrt(2) * sqrt(1/2 - 1/(2 pi))); "
+           f"measure after the nonlinearity, with Kaiming's gain sqrt(2)")
+    expect_growth(values, what, 1.0, RELU_LOG_TOL, "Kaiming's gain sqrt(2) makes up for the half that ReLU removes")
+
+
+@ACTIVATION_STDS.check
+def normal1_linear_grows(activation_stds):
+    """normal1 + linear: the std grows by sqrt(width) = 16 per layer at width 256"""
+    values, what = stds_of(activation_stds, 6, 256, "normal1", "linear")
+    # Linear nets: the per-layer log growth has sd 0.0025 (300 seeds): the bound 0.05 is 20 sigma (~1e-88).
+    expect_growth(values, what, 16.0, 0.05, "each output sums 256 products of unit variance")
+    # Layer 1 std: 16 with sd 0.054 (300 seeds); the bound 0.6 is 11 sigma (below 1e-27).
+    expect(abs(values[0] - 16) < 0.6, f"{what}[0] = {values[0]:.4g}; with N(0, 1) weights one layer turns unit-normal "
+                                      "input into outputs of variance 256 (std 16)")
+
+
+@ACTIVATION_STDS.check
+def default_relu_shrinks(activation_stds):
+    """default + relu: the std shrinks by 1/sqrt(6) = 0.41 per layer"""
+    values, what = stds_of(activation_stds, 10, 256, "default", "relu")
+    expect_growth(values, what, 1 / math.sqrt(6), RELU_LOG_TOL,
+                  "PyTorch's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)) has variance 1/(3 fan_in) and ReLU halves "
+                  "the mean square (no bias)")
+
+
+@ACTIVATION_STDS.check
+def xavier(activation_stds):
+    """xavier (gain 1): with relu the std shrinks by 1/sqrt(2) per layer; with tanh it decays only slowly"""
+    values, what = stds_of(activation_stds, 10, 256, "xavier", "relu")
+    expect_growth(values, what, 1 / math.sqrt(2), RELU_LOG_TOL,
+                  "Xavier's variance 2/(fan_in + fan_out) = 1/256 keeps the variance of a linear layer, and ReLU halves "
+                  "the mean square")
+    values, what = stds_of(activation_stds, 10, 256, "xavier", "tanh")
+    # Measured over 3000 seeds: std after layer 10 is 0.2275 with sample sd 0.003: [0.17, 0.29] is 19 sigma wide
+    # on either side (below 1e-70). PyTorch's default init would give 0.003 there, N(0, 1) weights about 1.
+    expect(0.17 < values[-1] < 0.29,
+           f"{what}: the std after layer 10 is {values[-1]:.4g}; Xavier's gain-1 init keeps tanh nets near their linear "
+           "regime, where the std decays only slowly (to about 0.23 by layer 10)")
+
+
+@ACTIVATION_STDS.check
+def deterministic_for_a_seed(activation_stds):
+    """the same seed gives the same list; different seeds give different lists"""
+    first, what = stds_of(activation_stds, 4, 64, "kaiming", "tanh", seed=3)
+    again, _ = stds_of(activation_stds, 4, 64, "kaiming", "tanh", seed=3)
+    expect(first == again, f"{what} returned {first} and then {again}: the same seed should give the same stds "
+                           "(seed a generator from `seed` inside the function)")
+    other, what2 = stds_of(activation_stds, 4, 64, "kaiming", "tanh", seed=4)
+    expect(other != first, f"{what} and {what2} both returned {first}: different seeds should give different draws")
+
+
+@ACTIVATION_STDS.check
+def unknown_names(activation_stds):
+    """an unknown init or nonlinearity raises ValueError"""
+    expect_raises(ValueError, lambda: activation_stds(3, 16, "orthogonal_typo", "relu"),
+                  "activation_stds(3, 16, 'orthogonal_typo', 'relu')")
+    expect_raises(ValueError, lambda: activation_stds(3, 16, "kaiming", "swish_typo"),
+                  "activation_stds(3, 16, 'kaiming', 'swish_typo')")
+
+
+# ---------------------------------------------------------------- init_mixture_
+
+def mixture_fill(init_mixture_, shape, dtype=torch.float32, layout="contiguous", seed=0, calls=1):
+    """The scenario's records for init_mixture_ on fresh NaN-filled tensors, with a clear failure for an error."""
+    where = f"init_mixture_(w) on a {str(dtype).removeprefix('torch.')} tensor of shape {tuple(shape)}" + (
+        f" ({layout})" if layout != "contiguous" else "")
+    try:
+        out = run_scenario(scenarios.mixture_fill, init_mixture_, list(shape), dtype, layout, seed, calls)
+    except NotImplementedError:
+        raise
+    except RuntimeError as e:
+        fail(f"{where} raised RuntimeError: {str(e).splitlines()[0][:200] if str(e) else ''}")
+    return out, where
+
+
+def expect_filled_in_place(record, where):
+    expect(record["returned_argument"],
+           f"{where} returned a {record['returned_type']} that is not w itself: fill w in place and return w "
+           "(as nn.init.uniform_ and the other nn.init functions do)")
+    values = record["values"]
+    unwritten = int(values.isnan().sum())
+    expect(unwritten == 0, f"{where}: w started as NaN everywhere and {unwritten} of its {values.numel()} elements are "
+                           "still NaN afterwards: write every element of w in place (w.copy_(...), w[...] = ...)")
+
+
+def _masks(values):
+    v = values.detach().double().reshape(-1)
+    return v, v == 0, (v >= 5) & (v <= 10), (v >= -10) & (v <= -5)
+
+
+def expect_mixture_values(values, where):
+    """Every value is exactly 0, or in [5, 10], or in [-10, -5] (no NaN left)."""
+    v, zero, pos, neg = _masks(values)
+    bad = ~(zero | pos | neg)
+    if bool(bad.any()):
+        fail(f"{where}: {int(bad.sum())} of {v.numel()} values are neither exactly 0 nor in [5, 10] or [-10, -5] "
+             f"(for example {float(v[bad][0]):.6g})")
+
+
+def expect_mixture_fractions(values, where):
+    """Fractions 1/2 (exactly 0), 1/4 (in [5, 10]), 1/4 (in [-10, -5])."""
+    v, zero, pos, neg = _masks(values)
+    n = v.numel()
+    # Binomial fractions: n = 10^6 draws with p = 1/2 have sd sqrt(p(1-p)/n) = 5e-4; each bound is 6 sd, so a
+    # correct answer fails it with probability about 2e-9 (normal approximation; the same for p = 1/4, sd 4.3e-4).
+    for name, mask, p in (("exactly 0", zero, 0.5), ("in [5, 10]", pos, 0.25), ("in [-10, -5]", neg, 0.25)):
+        frac = float(mask.double().mean())
+        bound = 6 * math.sqrt(p * (1 - p) / n)
+        expect(abs(frac - p) <= bound,
+               f"{where}: a fraction {frac:.4f} of the {n} values is {name}; it should be {p} (within {bound:.4f})")
+
+
+def expect_mixture_uniform(values, where):
+    """Uniform within [5, 10] and within [-10, -5]."""
+    v, zero, pos, neg = _masks(values)
+    # The Kolmogorov-Smirnov distance D between the values of one range (mapped onto [0, 1]) and the uniform
+    # distribution: for m independent uniform values P(sqrt(m) D > 3.5) < 2 exp(-2 * 3.5^2) = 5e-11.
+    for name, mask, to_unit in (("[5, 10]", pos, lambda x: (x - 5) / 5), ("[-10, -5]", neg, lambda x: (-x - 5) / 5)):
+        u = to_unit(v[mask]).sort().values
+        m = u.numel()
+        if m < 100:
+            continue
+        steps = torch.arange(1, m + 1, dtype=torch.float64) / m
+        d = float(torch.maximum(steps - u, u - (steps - 1 / m)).max())
+        expect(math.sqrt(m) * d <= 3.5,
+               f"{where}: the {m} values in {name} are not uniform over it: their empirical distribution function is "
+               f"{d:.4f} away from the uniform one at some point (a uniform sample stays within {3.5 / math.sqrt(m):.4f})")
+
+
+def expect_mixture_independent(values, where):
+    """Independent of position: both halves alike, neighbouring elements independent."""
+    v, zero, pos, neg = _masks(values)
+    n = v.numel()
+    # Halves: the difference of two fractions over n/2 values each has sd sqrt(2 p (1-p) / (n/2)); the bound is
+    # 6 sd: a false failure has probability about 2e-9 each.
+    half = n // 2
+    for name, mask, p in (("exactly 0", zero, 0.5), ("positive", pos, 0.25)):
+        a, b = float(mask[:half].double().mean()), float(mask[half:2 * half].double().mean())
+        bound = 6 * math.sqrt(2 * p * (1 - p) / half)
+        expect(abs(a - b) <= bound,
+               f"{where}: the first half of w (in row-major order) has a fraction {a:.4f} of values {name}, the second "
+               f"half {b:.4f}; every element should be drawn the same way, wherever it sits")
+    # Neighbours: two independent elements are both 0 with probability q = 1/4, both positive with q = 1/16. Over m
+    # chained pairs (neighbouring pairs share an element) the count has variance about m (q (1-q) + 2 (p^3 - p^4)):
+    # sd sqrt(5/16/m) for zeros, sqrt(21/256/m) for positives. The bound is 6 sd: about 2e-9 each.
+    width = values.shape[-1] if values.dim() else 1
+    for direction, pairs in (("next to each other in a row", lambda g: (g[:, :-1], g[:, 1:])),
+                             ("above each other in a column", lambda g: (g[:-1], g[1:]))):
+        for name, mask, p, var in (("0", zero, 0.5, 5 / 16), ("positive", pos, 0.25, 21 / 256)):
+            x, y = pairs(mask.reshape(-1, width))
+            m = x.numel()
+            if m < 10_000:  # too few pairs for the normal approximation to hold at 6 sd
+                continue
+            frac = float((x & y).double().mean())
+            bound = 6 * math.sqrt(var / m)
+            expect(abs(frac - p * p) <= bound,
+                   f"{where}: a fraction {frac:.4f} of the pairs of elements {direction} are both {name}; for "
+                   f"independent elements it is {p * p:.4g} (within {bound:.4f}): draw each element on its own, "
+                   "not one draw per row or column")
+
+
+def expect_mixture(values, where):
+    """All the properties at once (hidden checks)."""
+    expect_mixture_values(values, where)
+    expect_mixture_fractions(values, where)
+    expect_mixture_uniform(values, where)
+    expect_mixture_independent(values, where)
+
+
+@INIT_MIXTURE.check
+def fills_in_place(init_mixture_):
+    """fills w in place, every element, and returns w itself (like nn.init functions)"""
+    out, where = mixture_fill(init_mixture_, (300, 200))
+    expect_filled_in_place(out[0], where)
+    expect_mixture_values(out[0]["values"], where)
+
+
+@INIT_MIXTURE.check
+def fractions(init_mixture_):
+    """on a 1000 x 1000 tensor: half the values exactly 0, a quarter in [5, 10], a quarter in [-10, -5]"""
+    out, where = mixture_fill(init_mixture_, (1000, 1000), seed=1)
+    expect_filled_in_place(out[0], where)
+    expect_mixture_values(out[0]["values"], where)
+    expect_mixture_fractions(out[0]["values"], where)
+
+
+@INIT_MIXTURE.check
+def uniform_in_each_range(init_mixture_):
+    """values in [5, 10] and in [-10, -5] are spread uniformly over them (Kolmogorov-Smirnov)"""
+    out, where = mixture_fill(init_mixture_, (1000, 1000), seed=2)
+    expect_filled_in_place(out[0], where)
+    expect_mixture_values(out[0]["values"], where)
+    expect_mixture_uniform(out[0]["values"], where)
+
+
+@INIT_MIXTURE.check
+def independent_of_position(init_mixture_):
+    """every element is drawn on its own: both halves, and neighbouring elements, look alike"""
+    out, where = mixture_fill(init_mixture_, (1000, 1000), seed=3)
+    expect_filled_in_place(out[0], where)
+    expect_mixture_values(out[0]["values"], where)
+    expect_mixture_independent(out[0]["values"], where)
+
+
+@INIT_MIXTURE.check
+def works_on_a_parameter(init_mixture_):
+    """works on nn.Linear(1000, 1000).weight, a Parameter that requires grad (no autograd error)"""
+    where = "init_mixture_(layer.weight) for layer = nn.Linear(1000, 1000)"
+    try:
+        out = run_scenario(scenarios.mixture_parameter, init_mixture_, 1000, 1000, 4)
+    except NotImplementedError:
+        raise
+    except RuntimeError as e:
+        first = (str(e).splitlines()[0][:200] if str(e) else "").rstrip(".")
+        hint = (": an in-place change of a leaf that requires grad must run under torch.no_grad()"
+                if "leaf" in first or "requires grad" in first else "")
+        fail(f"{where} raised RuntimeError: {first}{hint}")
+    expect_filled_in_place(out, where)
+    expect(out["same_parameter"] and out["is_parameter"],
+           f"{where} replaced layer.weight; fill the Parameter in place instead")
+    expect(out["requires_grad"] and out["is_leaf"],
+           f"{where} left layer.weight with requires_grad={out['requires_grad']}, is_leaf={out['is_leaf']}: it must "
+           "stay a trainable leaf (write under torch.no_grad() instead of turning gradients off)")
+    expect_mixture(out["values"], where)
+
+
+# ---------------------------------------------------------------- seed_everything
+
+GENERATORS = {"torch": "torch.manual_seed", "numpy": "np.random.seed", "random": "random.seed",
+              "cuda": "torch.cuda.manual_seed_all (torch.manual_seed also seeds every GPU)"}
+
+
+def seed_draws(seed_everything, seeds):
+    return run_scenario(scenarios.seed_draws, seed_everything, list(seeds))
+
+
+def expect_repeats(draws, seeds, i, j):
+    """Draws i and j came after the same seed: every generator must repeat."""
+    for gen, how in GENERATORS.items():
+        a, b = draws[i][gen], draws[j][gen]
+        if a is None and b is None:
+            continue
+        expect(a == b, f"after seed_everything({seeds[i]}) {gen} gave {[round(x, 4) for x in a]}, and after calling "
+                       f"seed_everything({seeds[j]}) again it gave {[round(x, 4) for x in b]}: seed_everything must "
+                       f"seed {gen} too ({how})")
+
+
+def expect_differ(draws, seeds, i, j):
+    """Draws i and j came after different seeds: every generator must give other numbers."""
+    for gen, how in GENERATORS.items():
+        a, b = draws[i][gen], draws[j][gen]
+        if a is None and b is None:
+            continue
+        expect(a != b, f"seed_everything({seeds[i]}) and seed_everything({seeds[j]}) made {gen} give the same "
+                       f"numbers {[round(x, 4) for x in a]}: seed {gen} with the seed you were given ({how}), "
+                       "not a constant")
+
+
+@SEED_EVERYTHING.check
+def same_seed_same_numbers(seed_everything):
+    """after each seed_everything(seed), torch, numpy and random (and CUDA) give the same numbers again"""
+    seeds = [0, 0, 1234, 1234]
+    draws = seed_draws(seed_everything, seeds)
+    expect_repeats(draws, seeds, 0, 1)
+    expect_repeats(draws, seeds, 2, 3)
+
+
+@SEED_EVERYTHING.check
+def different_seeds_differ(seed_everything):
+    """different seeds give different numbers, from every generator"""
+    seeds = [0, 1, 1234]
+    draws = seed_draws(seed_everything, seeds)
+    expect_differ(draws, seeds, 0, 1)
+    expect_differ(draws, seeds, 0, 2)
+    expect_differ(draws, seeds, 1, 2)

@@ -1,0 +1,102 @@
+"""Chapter 07 scenarios: init_mixture_ on tensors and Parameters made where it runs; seed_everything's draws.
+
+init_mixture_ must fill its argument in place and hand back that very object, on a plain tensor and on a
+Parameter that requires grad. Object identity and a Parameter's autograd state do not cross to the grading
+process, so the tensor is made here, the student's function fills it, and what comes back is data: the
+values, whether the returned object was the argument, and the Parameter's state afterwards.
+
+seed_everything changes global random state, so it is called here, each generator is drawn from after
+each call, and the draws come back as lists of numbers. The scenario puts every generator's state (and the
+deterministic-algorithms setting, which a student's seed_everything may also change) back as it found it.
+"""
+import random
+
+import numpy as np
+import torch
+
+_manual_seed = torch.manual_seed
+_full = torch.full
+_no_grad = torch.no_grad
+_Parameter = torch.nn.Parameter
+_Linear = torch.nn.Linear
+_torch_rand = torch.rand
+_get_rng_state, _set_rng_state = torch.get_rng_state, torch.set_rng_state
+_np_random = np.random.random
+_np_get_state, _np_set_state = np.random.get_state, np.random.set_state
+_py_random = random.random
+_py_getstate, _py_setstate = random.getstate, random.setstate
+_det_enabled = torch.are_deterministic_algorithms_enabled
+_det_warn_only = torch.is_deterministic_algorithms_warn_only_enabled
+_use_det = torch.use_deterministic_algorithms
+_cuda_available = torch.cuda.is_available
+_cuda_get_states, _cuda_set_states = torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all
+_NAN = float("nan")
+
+
+def _blank(shape, dtype, layout):
+    """A NaN-filled tensor of this shape, so any element left unwritten shows."""
+    if layout == "transposed":  # a non-contiguous view: the transpose of a (shape[1], shape[0]) tensor
+        return _full((shape[1], shape[0]), _NAN, dtype=dtype).t()
+    return _full(tuple(shape), _NAN, dtype=dtype)
+
+
+def mixture_fill(init_mixture_, shape, dtype, layout, seed, calls=1):
+    """init_mixture_ called on `calls` fresh NaN-filled tensors: for each, the values and whether it returned its
+    argument (`layout`: "contiguous" or "transposed", a non-contiguous 2-D view)."""
+    _manual_seed(seed)
+    out = []
+    for _ in range(calls):
+        weight = _blank(shape, dtype, layout)
+        returned = init_mixture_(weight)
+        out.append({"returned_argument": returned is weight, "returned_type": type(returned).__name__,
+                    "values": weight.detach().clone()})
+        del weight, returned
+    return out
+
+
+def mixture_parameter(init_mixture_, in_features, out_features, seed):
+    """init_mixture_ on a fresh nn.Linear's weight (a Parameter that requires grad, NaN-filled first):
+    whether it returned that Parameter, its values, and its state afterwards."""
+    _manual_seed(seed)
+    layer = _Linear(in_features, out_features)
+    with _no_grad():
+        layer.weight.fill_(_NAN)
+    weight = layer.weight
+    returned = init_mixture_(layer.weight)
+    after = layer.weight
+    out = {"returned_argument": returned is weight, "returned_type": type(returned).__name__,
+           "same_parameter": after is weight, "is_parameter": type(after) is _Parameter,
+           "requires_grad": bool(after.requires_grad), "is_leaf": bool(after.is_leaf),
+           "values": after.detach().clone()}
+    del layer, weight, returned, after
+    return out
+
+
+def _draw(n):
+    draws = {"torch": _torch_rand(n).tolist(), "numpy": [float(v) for v in _np_random(n)],
+             "random": [_py_random() for _ in range(n)], "cuda": None}
+    if _cuda_available():
+        draws["cuda"] = _torch_rand(n, device="cuda").tolist()
+    return draws
+
+
+def seed_draws(seed_everything, seeds, n=4):
+    """For each seed in turn: seed_everything(seed), then n numbers from torch, numpy, random (and CUDA when
+    present). Every generator's state and the deterministic-algorithms setting are restored afterwards."""
+    torch_state, np_state, py_state = _get_rng_state(), _np_get_state(), _py_getstate()
+    cuda_state = _cuda_get_states() if _cuda_available() else None
+    det, warn = _det_enabled(), _det_warn_only()
+    try:
+        out = []
+        for seed in seeds:
+            seed_everything(seed)
+            out.append(_draw(n))
+        return out
+    finally:
+        _set_rng_state(torch_state)
+        _np_set_state(np_state)
+        _py_setstate(py_state)
+        if cuda_state is not None:
+            _cuda_set_states(cuda_state)
+        if (_det_enabled(), _det_warn_only()) != (det, warn):  # the first call of the setter alone takes a second
+            _use_det(det, warn_only=warn)
