@@ -32,6 +32,10 @@ SUBMISSIONS ?=
 OUT         ?= grades
 GRADE_FLAGS ?=
 
+# make test [TEST_WORKERS=n] [PYTEST_ARGS="-k dtypes"]: two pytest workers by default (CI has two cores).
+TEST_WORKERS ?= 2
+PYTEST_ARGS  ?=
+
 .PHONY: setup lab test grade student release gradescope demo bench mfu clean
 
 setup: $(STAMP)
@@ -56,10 +60,12 @@ endif
 lab: $(STAMP)
 	$(JUPYTER) lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) $(LAB_FLAGS)
 
-# One pytest run: the grader's tests (tests/), then nbval over every solution notebook.
+# One pytest run: the grader's tests (tests/) and nbval over every solution notebook, in TEST_WORKERS
+# processes, one file (a notebook's cells together) per worker at a time.
 test: $(STAMP)
 	$(PY) -m pytest tests solutions --nbval --nbval-current-env \
-		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider \
+		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 grade: $(STAMP)
 	$(PY) -m grader grade $(if $(SUBMISSIONS),"$(SUBMISSIONS)",) --out "$(OUT)" $(GRADE_FLAGS)

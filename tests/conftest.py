@@ -1,7 +1,12 @@
-"""Fixtures shared by test files: the student release, built, unzipped and installed once per session."""
+"""Fixtures shared by test files: the student release, built, unzipped and installed once per run.
+
+`make test` runs the tests in two pytest-xdist workers, one test file per worker at a time (`--dist
+loadfile`: a notebook's nbval cells and a file's module fixtures stay together). The release is
+built once for both workers, under a file lock, in the folder they share."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -9,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,9 +33,25 @@ class StudentRelease:
 
 
 @pytest.fixture(scope="session")
-def student_release(tmp_path_factory) -> StudentRelease:
+def student_release(tmp_path_factory, request) -> StudentRelease:
     """`python -m grader release`, its zip unzipped alone in a fresh folder, and `make setup` run there."""
-    root = tmp_path_factory.mktemp("student-release")
+    if not hasattr(request.config, "workerinput"):  # not an xdist worker: this process alone
+        return build_release(tmp_path_factory.mktemp("student-release"))
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker of this run
+    with FileLock(str(shared / "student-release.lock")):
+        root = shared / "student-release"
+        done = root / "built.ok"
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)  # what a worker that failed half way left
+            release = build_release(root)
+            done.touch()
+            return release
+    folder = root / "unzipped" / "student"
+    return StudentRelease(root / "build" / "student.zip", folder, folder / ".venv" / "bin" / "python")
+
+
+def build_release(root: Path) -> StudentRelease:
+    root.mkdir(parents=True, exist_ok=True)
     built = subprocess.run([sys.executable, "-m", "grader", "release", "--out", str(root / "build" / "student")],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr

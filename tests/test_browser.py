@@ -123,7 +123,18 @@ def open_and_run_all(page, url: str, path: str) -> None:
 
 
 def saved_errors(path: Path) -> list[str]:
-    nb = nbformat.read(path, as_version=4)
+    """The errors in the notebook as JupyterLab saved it, once the saved file holds the run (the server
+    truncates the file and then writes it, so a read can catch it empty or half written)."""
+    deadline = time.time() + 60
+    while True:
+        try:
+            nb = nbformat.read(path, as_version=4)
+            if all(c.get("execution_count") for c in nb.cells if c.cell_type == "code"):
+                break
+        except (ValueError, nbformat.reader.NotJSONError):
+            pass
+        assert time.time() < deadline, f"{path.name} was not saved with its outputs"
+        time.sleep(0.2)
     return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells if c.cell_type == "code"
             for o in c.get("outputs", []) if o.get("output_type") == "error"]
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -146,8 +148,22 @@ def test_grading_cannot_run_without_submissions_or_output(tmp_path):
     assert run.returncode == 2 and "cannot write" in run.stderr
 
 
-def test_a_killed_run_resumes_to_the_same_outputs(tmp_path):
+def chapter_01_of_the_demo(folder: Path) -> Path:
+    """The demo cohort cut to chapter 01 (three notebooks: solved, untouched, half solved), zip included."""
     demo = ROOT / "demo" / "submissions"
+    for student in ("Ada Lovelace", "Ben Bitdiddle"):
+        (folder / student).mkdir(parents=True)
+        for nb in (demo / student).glob("01_*.ipynb"):
+            shutil.copy(nb, folder / student / nb.name)
+    with zipfile.ZipFile(demo / "Chloé Dubois.zip") as z, zipfile.ZipFile(folder / "Chloé Dubois.zip", "w") as cut:
+        for name in z.namelist():
+            if Path(name).name.startswith("01_"):
+                cut.writestr(name, z.read(name))
+    return folder
+
+
+def test_a_killed_run_resumes_to_the_same_outputs(tmp_path):
+    demo = chapter_01_of_the_demo(tmp_path / "cohort")
     reference = tmp_path / "reference"
     assert grade(demo, reference, workers=1).returncode == 0
     out = tmp_path / "out"
