@@ -76,7 +76,14 @@ def lab(student_release, tmp_path_factory):
             "--LabApp.news_url=None"]
     if os.geteuid() == 0:
         args.append("--allow-root")
+    # A student's own settings, with JupyterLab's "get notified about Jupyter news?" question answered no,
+    # so that the toast does not cover the screenshots.
+    settings = tmp_path_factory.mktemp("lab-settings")
+    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
     server = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
