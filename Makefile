@@ -65,7 +65,7 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest tests solutions --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 -p no:cacheprovider \
-		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 grade: $(STAMP)
 	$(PY) -m grader grade $(if $(SUBMISSIONS),"$(SUBMISSIONS)",) --out "$(OUT)" $(GRADE_FLAGS)

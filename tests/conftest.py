@@ -67,7 +67,8 @@ def build_release(root: Path) -> StudentRelease:
 
 
 # Files that take a minute or more, handed out first so that the two workers of `make test` finish together
-# (a slow file handed out last runs on alone).
+# (a slow file handed out last runs on alone). `make test` passes --no-loadscope-reorder: xdist would
+# otherwise hand out the files with the most tests first, whatever their time.
 SLOW_FIRST = ["test_release.py", "test_demo_grading.py", "test_grading_objects.py", "test_grading.py",
               "test_browser.py", "test_gradescope.py"]
 

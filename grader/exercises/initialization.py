@@ -357,23 +357,28 @@ def expect_mixture_independent(values, where):
         expect(abs(a - b) <= bound,
                f"{where}: the first half of w (in row-major order) has a fraction {a:.4f} of values {name}, the second "
                f"half {b:.4f}; every element should be drawn the same way, wherever it sits")
-    # Neighbours: two independent elements are both 0 with probability q = 1/4, both positive with q = 1/16. Over m
-    # chained pairs (neighbouring pairs share an element) the count has variance about m (q (1-q) + 2 (p^3 - p^4)):
-    # sd sqrt(5/16/m) for zeros, sqrt(21/256/m) for positives. The bound is 6 sd: about 2e-9 each.
+    # Neighbours: two independent elements are both 0 with probability p^2, p the fraction of zeros (1/2 when
+    # correct); both positive with p^2, p = 1/4. The observed fraction of such pairs is compared with the square
+    # of the observed marginal fraction, so that an answer with wrong fractions (caught above) is not also told
+    # that its elements depend on each other. Over m chained pairs (neighbouring pairs share an element) the
+    # pair count has variance about m (p^2 (1-p^2) + 2 (p^3 - p^4)) (5/16 for zeros, 21/256 for positives), and
+    # the square of the marginal about 4 p^3 (1-p) / m (1/4 and 12/256); the two are positively correlated, so
+    # the sum bounds the variance of the difference. The bound is 6 sd of it: a false failure about 2e-9 each.
     width = values.shape[-1] if values.dim() else 1
     for direction, pairs in (("next to each other in a row", lambda g: (g[:, :-1], g[:, 1:])),
                              ("above each other in a column", lambda g: (g[:-1], g[1:]))):
-        for name, mask, p, var in (("0", zero, 0.5, 5 / 16), ("positive", pos, 0.25, 21 / 256)):
+        for name, mask, var in (("0", zero, 5 / 16 + 1 / 4), ("positive", pos, 21 / 256 + 12 / 256)):
             x, y = pairs(mask.reshape(-1, width))
             m = x.numel()
             if m < 10_000:  # too few pairs for the normal approximation to hold at 6 sd
                 continue
             frac = float((x & y).double().mean())
+            p = float(mask.double().mean())
             bound = 6 * math.sqrt(var / m)
             expect(abs(frac - p * p) <= bound,
-                   f"{where}: a fraction {frac:.4f} of the pairs of elements {direction} are both {name}; for "
-                   f"independent elements it is {p * p:.4g} (within {bound:.4f}): draw each element on its own, "
-                   "not one draw per row or column")
+                   f"{where}: a fraction {frac:.4f} of the pairs of elements {direction} are both {name}; with a "
+                   f"fraction {p:.4f} of all values {name}, independent elements give {p * p:.4f} (within "
+                   f"{bound:.4f}): draw each element on its own, not one draw per row or column")
 
 
 def expect_mixture(values, where):
