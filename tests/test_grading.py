@@ -21,7 +21,10 @@ import pytest
 from tests import hazards
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--timeout", "10", "--check-timeout", "3", "--notebook-timeout", "300", "--memory", "3G"]
+# Short limits keep the hazards quick; 5 s per check (not less) leaves room for a loaded machine: make test
+# grades this cohort while another test file runs beside it, and on a GPU machine a 3 s limit once stopped a
+# correct check.
+FAST = ["--timeout", "10", "--check-timeout", "5", "--notebook-timeout", "300", "--memory", "3G"]
 
 
 def grade(submissions: Path, out: Path, *extra: str, workers: int = 2) -> subprocess.CompletedProcess:
@@ -89,7 +92,7 @@ def test_tampering_is_named_and_the_independent_result_reported(graded):
 def test_hazard_messages_say_what_happened(graded):
     _, out, _ = graded
     msg = {(r["student"], r["exercise"]): r["message"] for r in rows(out)}
-    assert "stopped after 3 s" in msg[("infinite loop", "tensors.element_offset")]
+    assert "stopped after 5 s" in msg[("infinite loop", "tensors.element_offset")]
     assert "out of memory" in msg[("memory blowup", "tensors.attention_scores")]
     assert "SystemExit" in msg[("system exit", "tensors.split_heads")]
     assert "not valid JSON" in msg[("truncated json", "tensors.same_storage")]
