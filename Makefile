@@ -51,8 +51,7 @@ else
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=/path/to/python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@# --no-compile: Python compiles what is imported, when first imported (compiling all of torch here takes 15 s)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt -r requirements-test.txt -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-test.txt -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (resource accounting)" >/dev/null
 	@touch $(STAMP)
 	@echo "set up $(VENV) with kernel '$(KERNEL)'"
