@@ -6,7 +6,7 @@ import torch
 
 from grader import registry
 from grader.autograde import tamper
-from grader.autograde.bridge import Bridge, RemoteFunction, RemoteObject
+from grader.autograde.bridge import Bridge, RemoteFunction, RemoteObject, load_reply
 from grader.autograde.kernel import GiB, Limits, NotebookKernel
 from grader.expect import CheckFailure, call
 from grader.runner import CheckCrashed, CheckMemory, CheckTimeout
@@ -99,7 +99,7 @@ def test_a_reply_naming_a_class_is_refused(tmp_path):
 
     path = tmp_path / "reply"
     path.write_bytes(pickle.dumps({"ok": True, "result": Boom()}))
-    assert Bridge._load(path) is None and not (tmp_path / "pwned").exists()
+    assert load_reply(path) is None and not (tmp_path / "pwned").exists()
 
 
 def test_forbidden_functions_fail_the_check(bridge):

@@ -6,19 +6,26 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import time
 import zipfile
 from pathlib import Path
 
 import jsonschema
 import nbformat
+import psutil
 import pytest
 
 from grader import registry
+from grader.autograde.gradescope import KERNEL_USER
+from grader.autograde.sandbox import bwrap_problem
 from tests import hazards
+from tests import hazards_sandbox as cheats
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "01_tensors"
@@ -79,15 +86,18 @@ def autograder(tmp_path_factory) -> Path:
     return root / "source"
 
 
-def submit(autograder: Path, tmp_path: Path, files: dict[str, bytes]) -> dict:
-    """Lay out /autograder as Gradescope does, run the zip's run_autograder there, return results.json."""
+def submit(autograder: Path, tmp_path: Path, files: dict[str, bytes], fresh: bool = True,
+           env: dict[str, str] | None = None) -> dict:
+    """Lay out /autograder as Gradescope does (`fresh`: copy the source in; else it is there), run the zip's
+    run_autograder there, return results.json."""
     root = tmp_path / "autograder"
-    shutil.copytree(autograder, root / "source")
+    if fresh:
+        shutil.copytree(autograder, root / "source")
     (root / "submission").mkdir(parents=True)
     for name, data in files.items():
         (root / "submission" / name).parent.mkdir(parents=True, exist_ok=True)
         (root / "submission" / name).write_bytes(data)
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "GRADER_PYTHON": sys.executable}
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "GRADER_PYTHON": sys.executable, **(env or {})}
     env.pop("PYTHONPATH", None)
     run = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -145,3 +155,84 @@ def test_an_empty_submission_still_gets_a_results_file(autograder, tmp_path):
     r = submit(autograder, tmp_path, {"notes.txt": b"I forgot the notebook"})
     assert r["score"] == 0 and {t["extra_data"]["status"] for t in r["tests"]} == {"missing"}
     assert "Submit the notebooks with their names" in r["output"]
+
+
+# ---------------------------------------------------------------- dishonest submissions under the autograder
+
+def cheating_submission(root: Path, token: str, walk: bool) -> dict[str, bytes]:
+    """Chapter 01 with two exercises blank, plus cells that try to take them from the autograder's source (its
+    hidden checks, solutions an instructor left in it) and to forge results.json, now and after grading."""
+    source = root / "source"
+    (source / "solutions").mkdir(exist_ok=True)  # a target as if the zip carried them: it does not, see build()
+    hazards.write(hazards.solved(), source / "solutions" / "01_tensors.ipynb")
+    t = cheats.Targets(repo=source, classmate=root / "nobody.ipynb", home=root, port=9, secret="-", token=token)
+    nb = cheats.blank(hazards.solved())
+    for code in (cheats.solution_hunter(t, walk), cheats.hidden_importer(t),
+                 cheats.results_forger(root / "results" / "results.json", token)):
+        nb.cells.append(nbformat.v4.new_code_cell(code))
+    return {"01_tensors.ipynb": notebook_bytes(nb)}
+
+
+def assert_graded_on_its_own_code(r: dict, token: str) -> None:
+    """The honest exercises score, the blank ones do not, and the forged results never replace the grader's."""
+    by_id = {t["extra_data"]["exercise"].partition(".")[2]: t for t in r["tests"]}
+    assert {e: t["extra_data"]["status"] for e, t in by_id.items()} == cheats.EXPECTED
+    points_by = {e.id.partition(".")[2]: e.points for e in registry.all_exercises("tensors")}
+    assert r["score"] == sum(points_by[e] for e in cheats.HONEST)
+    assert token not in json.dumps(r)
+
+
+def settled_results(root: Path, token: str) -> dict:
+    """results.json once a forger's delayed write (8 s) would have landed, if anything of it survived."""
+    time.sleep(9)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if token in " ".join(p.info["cmdline"] or [])]
+    return json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.skipif(bool(bwrap_problem()), reason="bubblewrap cannot run here: the fallback test covers this machine")
+def test_cheats_under_the_autograder_in_the_sandbox_score_only_their_own_code(autograder, tmp_path):
+    token = "forged-" + secrets.token_hex(6)
+    root = tmp_path / "autograder"
+    shutil.copytree(autograder, root / "source")
+    files = cheating_submission(root, token, walk=True)
+    r = submit(autograder, tmp_path, files, fresh=False)
+    assert_graded_on_its_own_code(r, token)
+    assert_graded_on_its_own_code(settled_results(root, token), token)
+
+
+@pytest.fixture
+def world_readable_root():
+    """An autograder root anyone may enter (pytest's own folders are root's only, which would hide the very
+    files the fallback must lock away itself), and the kernel user able to run this machine's Python."""
+    if os.geteuid() != 0:
+        pytest.skip("the kernel-user fallback needs the autograder to run as root, as on Gradescope")
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", KERNEL_USER],
+                   capture_output=True)
+    base = Path(tempfile.mkdtemp(prefix="gradescope-fallback-"))
+    base.chmod(0o755)
+    # The course repository is not in Gradescope's image; here it is, world-readable: hide its solutions
+    # for the length of the test as the image would (the sandbox test above needs no such help).
+    solutions = ROOT / "solutions"
+    mode = solutions.stat().st_mode
+    solutions.chmod(0o700)
+    try:
+        with cheats.python_reachable_by(KERNEL_USER):
+            yield base
+    finally:
+        solutions.chmod(stat.S_IMODE(mode))
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_without_bubblewrap_the_kernel_runs_as_an_unprivileged_user_and_cheats_still_fail(autograder,
+                                                                                        world_readable_root):
+    root = world_readable_root / "autograder"
+    shutil.copytree(autograder, root / "source")
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    token = "forged-" + secrets.token_hex(6)
+    files = cheating_submission(root, token, walk=False)
+    r = submit(autograder, world_readable_root, files, fresh=False, env={"GRADER_BWRAP": "/nonexistent/bwrap"})
+    assert_graded_on_its_own_code(r, token)
+    assert_graded_on_its_own_code(settled_results(root, token), token)
+    for private in (root / "source", root / "source" / "grader" / "hidden", root / "results"):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700, private

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,18 +25,20 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--timeout", "6", "--check-timeout", "10", "--notebook-timeout", "300", "--memory", "3G"]
 
 
-RUN = f"object-hazards-{os.getpid()}"  # marks this grading run's processes (tests in other workers grade too)
+# This grading run's temporary folder (its TMPDIR): every kernel's command line or environment names it, in
+# the sandbox too (where a kernel inherits no variable of the grading command), and so do the processes a
+# kernel starts (spawned ranks). Tests in other workers grade too; their folders differ.
+RUN_TMP = Path(tempfile.mkdtemp(prefix=f"object-hazards-{os.getpid()}-"))
 
 
 def grade_processes() -> list[psutil.Process]:
-    """This run's grading kernels and the processes they started (spawned ranks), whoever their parent is now:
-    found by the variable they inherit from the grading command."""
+    """This run's grading kernels and the processes they started, whoever their parent is now."""
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "grader/autograde/launch.py" in cmd or ("multiprocessing" in cmd and "spawn_main" in cmd):
+        if "launch.py" in cmd or ("multiprocessing" in cmd and "spawn_main" in cmd):
             try:
-                if p.environ().get("GRADER_TEST_RUN") == RUN:
+                if str(RUN_TMP) in cmd or str(RUN_TMP) in p.environ().get("PYTHONPATH", ""):
                     found.append(p)
             except psutil.Error:  # gone meanwhile
                 pass
@@ -50,7 +54,7 @@ def graded(tmp_path_factory):
     with open(log, "w", encoding="utf-8") as err:
         run = subprocess.Popen([sys.executable, "-m", "grader", "grade", str(subs), "--out", str(out), "--workers",
                                 "2", *FAST], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                               env={**os.environ, "GRADER_TEST_RUN": RUN})
+                               env={**os.environ, "TMPDIR": str(RUN_TMP)})
     seen = 0  # the most of this run's processes seen at once while it ran: the marker does reach them
     deadline = time.monotonic() + 900
     while run.poll() is None and time.monotonic() < deadline:
@@ -60,6 +64,7 @@ def graded(tmp_path_factory):
     assert run.returncode == 0, log.read_text(encoding="utf-8")[-3000:]
     time.sleep(1)
     left = grade_processes()
+    shutil.rmtree(RUN_TMP, ignore_errors=True)
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f)), left, seen
 

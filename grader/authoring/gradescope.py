@@ -24,6 +24,9 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
+# The kernel's sandbox; where the container refuses its namespaces, kernels run as this unprivileged user.
+apt-get install -y -qq bubblewrap >/dev/null || echo "no bubblewrap: kernels will run as grader-kernel"
+id grader-kernel >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin grader-kernel
 python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else
     "Python 3.11 or newer is needed: choose an Ubuntu 24.04 base image in the autograder settings")'
 python3 -m venv /autograder/venv

@@ -13,6 +13,8 @@ import builtins
 import os
 import pickle
 import secrets
+import shutil
+import stat
 import tempfile
 import time
 import zlib
@@ -80,21 +82,68 @@ def _fast_tmp() -> str | None:
 RemoteObject = Opaque  # the name the first tests used
 
 
+def load_reply(name: str | os.PathLike, dir_fd: int | None = None) -> dict | None:
+    """The reply, if it is a plain file of plain values (a link, a FIFO or a huge file is no reply)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_REPLY_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            reply = _PlainUnpickler(f).load()
+    except Exception:
+        return None
+    finally:
+        os.close(fd)
+    return reply if isinstance(reply, dict) else None
+
+
 class Bridge:
     """The grading side of one kernel: requests go in files under a private folder, replies come back the same way."""
 
     def __init__(self, kernel: NotebookKernel) -> None:
         self.kernel = kernel
-        self.folder = Path(tempfile.mkdtemp(prefix="grader-bridge-", dir=_fast_tmp()))
+        # With a sandbox, in the notebook's own folder (the only one its kernel can reach). That folder is the
+        # notebook's to write, so every file here is opened relative to this folder's descriptor, never
+        # followed through a link, and only ever created anew: a link planted by the notebook leads nowhere.
+        self.folder = (kernel.private_dir("bridge-") if kernel.isolation is not None
+                       else Path(tempfile.mkdtemp(prefix="grader-bridge-", dir=_fast_tmp())))
+        self._dir = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         self.tampered: set[str] = set()
         self.deadline: float | None = None   # set per check: all its calls share the check's time
         self.limit = 0.0
         self._n = 0
 
     def close(self) -> None:
-        for p in self.folder.iterdir():
-            p.unlink(missing_ok=True)
-        self.folder.rmdir()
+        if self._dir < 0:
+            return
+        for name in os.listdir(self._dir):
+            try:
+                os.unlink(name, dir_fd=self._dir)
+            except IsADirectoryError:
+                shutil.rmtree(name, dir_fd=self._dir, ignore_errors=True)
+            except OSError:
+                pass
+        os.close(self._dir)
+        self._dir = -1
+        try:
+            os.rmdir(self.folder)
+        except OSError:
+            pass  # a folder the notebook filled or replaced goes with the notebook's own folder
+
+    def _write(self, name: str, data: bytes) -> None:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=self._dir)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+    def _unlink(self, name: str) -> None:
+        try:
+            os.unlink(name, dir_fd=self._dir)
+        except OSError:
+            pass
 
     # ---------------------------------------------------------------- requests
 
@@ -102,8 +151,11 @@ class Bridge:
         self._n += 1
         req = self.folder / f"{self._n}.req" if payload is not None else None
         resp = self.folder / f"{self._n}.resp"
+        for p in (req, resp):  # whatever the notebook left under these names goes first
+            if p is not None:
+                self._unlink(p.name)
         if req is not None:
-            req.write_bytes(pickle.dumps(payload, protocol=5))
+            self._write(req.name, pickle.dumps(payload, protocol=5))
         if self.kernel.comm_ready():
             outcome = self.kernel.post({"op": op, "req": str(req) if req else "", "resp": str(resp), "n": self._n},
                                        timeout)
@@ -115,26 +167,18 @@ class Bridge:
                 outcome = self.kernel.call(code, timeout)
         reply = None
         if outcome.status == "ok":
-            reply = self._load(resp)
+            reply = self._load(resp.name)
             if reply is None:
                 outcome = Outcome("error", "BridgeError", "the kernel wrote no readable reply")
         for p in (req, resp):
             if p is not None:
-                p.unlink(missing_ok=True)
+                self._unlink(p.name)
         if reply is not None:
             self.tampered.update(str(t) for t in reply.get("tampered", []))
         return outcome, reply
 
-    @staticmethod
-    def _load(path: Path) -> dict | None:
-        try:
-            if path.stat().st_size > MAX_REPLY_BYTES:
-                return None
-            with open(path, "rb") as f:
-                reply = _PlainUnpickler(f).load()
-        except Exception:
-            return None
-        return reply if isinstance(reply, dict) else None
+    def _load(self, name: str) -> dict | None:
+        return load_reply(name, self._dir)
 
     def setup(self) -> Outcome:
         self.kernel.call(_INSTALL, 60)

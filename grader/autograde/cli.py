@@ -12,8 +12,11 @@ from rich.console import Console
 # uses; every run pays it before any notebook starts. Declaring the optional package absent skips it.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
+from grader.autograde import adjust  # noqa: E402
+from grader.autograde.canvas import is_download_zip  # noqa: E402
 from grader.autograde.cohort import Summary, default_workers, grade_cohort  # noqa: E402
 from grader.autograde.kernel import GiB, Limits  # noqa: E402
+from grader.autograde.sandbox import MODES, SandboxUnavailable  # noqa: E402
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "submissions"
 
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     d = Limits()
     parser = argparse.ArgumentParser(prog="python -m grader grade", description=__doc__)
     parser.add_argument("submissions", nargs="?", type=Path,
-                        help="folder of <student>/ folders and <student>.zip files (default: the demo cohort)")
+                        help="folder of <student>/ folders and <student>.zip files, or Canvas's download (default: the demo cohort)")
     parser.add_argument("--out", type=Path, required=True, help="folder for grades.csv, gradebook.csv and per-student files")
     parser.add_argument("--workers", type=int, default=default_workers(), help="notebooks graded at once (default: cores)")
     parser.add_argument("--timeout", type=float, default=d.cell_timeout, help=f"seconds per notebook cell ({d.cell_timeout:g})")
@@ -39,12 +42,23 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds per notebook, cells and checks together ({d.notebook_timeout:g})")
     parser.add_argument("--memory", type=parse_size, default=d.memory, help="address space a kernel may use beyond its own start-up (4G)")
     parser.add_argument("--chapters", help="comma-separated notebook stems (default: every chapter submitted)")
+    parser.add_argument("--sandbox", choices=MODES, default="auto",
+                        help="run each kernel in a bubblewrap sandbox: auto (where it works, else warn), on (or refuse), off")
+    parser.add_argument("--kernel-user", default="",
+                        help="without a sandbox, run the kernels as this unprivileged user (the grader must start as root)")
+    adjust.add_arguments(parser)
     args = parser.parse_args(argv)
+    options = adjust.from_args(parser, args)
 
     submissions = args.submissions or DEMO
     console = Console(stderr=True)
-    if not submissions.is_dir():
-        console.print(f"[red]grading could not run:[/] {submissions} is not a folder of submissions", soft_wrap=True)
+    try:
+        usable = submissions.is_dir() or is_download_zip(submissions)
+        why = "is not a folder of submissions (or a .zip of Canvas's download)"
+    except OSError as e:
+        usable, why = False, f"cannot be read ({e.strerror})"
+    if not usable:
+        console.print(f"[red]grading could not run:[/] {submissions} {why}", soft_wrap=True)
         return 2
     try:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -60,12 +74,15 @@ def main(argv: list[str] | None = None) -> int:
                     threads=max(1, default_workers() // workers))
     chapters = [c.strip() for c in args.chapters.split(",")] if args.chapters else None
     try:
-        summary = grade_cohort(submissions, args.out, workers, limits, chapters, console)
-    except ValueError as e:
+        summary = grade_cohort(submissions, args.out, workers, limits, chapters, console, args.sandbox,
+                               args.kernel_user, options)
+    except (ValueError, SandboxUnavailable) as e:
         console.print(f"[red]grading could not run:[/] {e}", soft_wrap=True)
         return 2
     for w in summary.warnings:
         console.print(f"[yellow]note:[/] {w}", soft_wrap=True)
+    if summary.sandbox.startswith("no sandbox"):
+        console.print(f"[yellow]warning:[/] {summary.sandbox}", soft_wrap=True)
     console.print(closing_line(summary, args.out), soft_wrap=True)
     return 0
 

@@ -26,10 +26,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from grader import chapters as chapter_names
 from grader import registry
 from grader.autograde import report
-from grader.autograde.collect import Submission, collect
+from grader.autograde.adjust import Options, prepare
+from grader.autograde.canvas import collect_submissions
+from grader.autograde.collect import Submission
 from grader.autograde.kernel import Limits
 from grader.autograde.notebook import grade, whole_notebook
 from grader.autograde.records import NotebookRecord
+from grader.autograde.sandbox import Isolation, choose, public_tree
 from grader.results import CRASHED, INVALID
 
 GRADER_DIR = Path(__file__).resolve().parents[1]
@@ -54,6 +57,7 @@ class Summary:
     reused: int = 0         # records kept from an earlier run
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    sandbox: str = ""       # how the kernels were isolated (Isolation.describe)
     written: set[Path] = field(default_factory=set)  # output files this run created or changed
 
 
@@ -119,12 +123,12 @@ def _ready() -> None:
     """A no-op task: submitting it makes the pool start its workers now."""
 
 
-def _run(task: Task, limits: Limits, scratch_root: str) -> NotebookRecord:
+def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | None = None) -> NotebookRecord:
     """In a worker: grade one notebook in its own scratch folder; a grader failure is a status, never a raise."""
     scratch = Path(tempfile.mkdtemp(prefix="nb-", dir=scratch_root))
     try:
         return grade(task.student, task.chapter, task.path, task.folder, scratch, limits, task.source,
-                     task.fingerprint, task.message)
+                     task.fingerprint, task.message, isolation)
     except BaseException as e:  # a bug in the grader must cost one notebook, not the class
         return NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
             task.student, task.chapter, CRASHED, f"the grader itself failed on this notebook: {type(e).__name__}: {e}"))
@@ -140,18 +144,28 @@ def _instant(task: Task) -> NotebookRecord:
 
 
 def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, chapters: list[str] | None = None,
-                 console: Console | None = None) -> Summary:
-    """Grade every submission under `submissions` into `out`; returns what was done."""
+                 console: Console | None = None, sandbox: str = "auto", kernel_user: str = "",
+                 options: Options | None = None) -> Summary:
+    """Grade every submission under `submissions` into `out`; returns what was done.
+    `sandbox` (auto, on, off) and `kernel_user`: see sandbox.choose; "on" raises SandboxUnavailable where it cannot."""
     registry.load_hidden()
     start = time.monotonic()
     console = console or Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="grader-") as scratch_root:
-        subs, warnings = collect(submissions, Path(scratch_root) / "zips")
+        os.chmod(scratch_root, 0o711)  # a kernel user reaches its own notebook's folder in here, nothing else
+        isolation = choose(sandbox, public_tree(Path(scratch_root)), kernel_user=kernel_user)
+        options = options or Options()
+        found = collect_submissions(submissions, Path(scratch_root) / "zips", options.canvas)  # folders, zips or Canvas's
+        subs, warnings = found.submissions, found.warnings
+        if (Path(scratch_root) / "zips").is_dir():
+            os.chmod(Path(scratch_root) / "zips", 0o700)  # other students' unpacked zips: never a kernel user's
         chosen = graded_chapters(subs, chapters)
-        base = grader_fingerprint(limits)
+        adjust, notes = prepare(options, found, chosen, out)  # overrides, late work, canvas.csv: checked before any output
+        warnings.extend(notes)
+        base = grader_fingerprint(limits) + ":" + isolation.kind
         tasks = plan(subs, chosen, base)
         students = [s.student for s in subs]
-        summary = Summary(students=len(students), warnings=warnings)
+        summary = Summary(students=len(students), warnings=warnings, sandbox=isolation.describe())
         records: dict[tuple[str, str], NotebookRecord] = {}
         pending: list[Task] = []
         for task in tasks:
@@ -173,8 +187,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
 
         def student_done(student: str) -> None:
             mine = [r for (s, _), r in records.items() if s == student]
-            summary.written.update(report.write_student(out, student, mine))
-            summary.written.update(report.write_cohort(out, records.values(), students, chosen))
+            summary.written.update(report.write_student(out, student, mine, adjust))
+            summary.written.update(report.write_cohort(out, records.values(), students, chosen, adjust))
 
         for s in students:  # students with nothing to run are complete already
             if left[s] == 0:
@@ -186,7 +200,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         with Progress(*columns, console=console, transient=False) as progress:
             bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
                                     current="")
-            for record in _execute(pending, pool, workers, limits, scratch_root,
+            for record in _execute(pending, pool, workers, limits, scratch_root, isolation,
                                    lambda running: progress.update(bar, current=_short(running))):
                 finish(record)
                 summary.notebooks += 1
@@ -194,7 +208,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                 if left[record.student] == 0:
                     student_done(record.student)
                     progress.advance(bar)
-        summary.written.update(report.write_cohort(out, records.values(), students, chosen))  # also with no students
+        summary.written.update(report.write_cohort(out, records.values(), students, chosen, adjust))  # also with no students
     summary.seconds = round(time.monotonic() - start, 1)
     return summary
 
@@ -209,7 +223,7 @@ def _short(running: list[str], width: int = 26) -> str:
 
 
 def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, limits: Limits, scratch_root: str,
-             show):
+             isolation: Isolation, show):
     """Yield each task's record as it is done, keeping `workers` notebooks running; a dead worker is replaced."""
     queue = list(tasks)
     tries: dict[int, int] = {}
@@ -222,7 +236,7 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
             while (queue or running) and not broken:
                 while queue and len(running) < max(1, workers):
                     task = queue.pop(0)
-                    running[pool.submit(_run, task, limits, scratch_root)] = task
+                    running[pool.submit(_run, task, limits, scratch_root, isolation)] = task
                 show([f"{t.student}/{t.chapter}" for t in running.values()])
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:

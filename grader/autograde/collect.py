@@ -163,18 +163,23 @@ def _member_parts(info: zipfile.ZipInfo) -> list[str] | None:
     return parts
 
 
-def _extract(archive: Path, dest: Path) -> str:
-    """Unpack every allowed member of `archive` into `dest`; return why the zip cannot be used, or ""."""
+def _extract(archive: Path, dest: Path, max_members: int | None = None, max_bytes: int | None = None) -> str:
+    """Unpack every allowed member of `archive` into `dest`; return why the zip cannot be used, or "".
+
+    The caps default to one student's (MAX_MEMBERS, MAX_BYTES); a whole class's download passes larger ones.
+    """
+    max_members = MAX_MEMBERS if max_members is None else max_members
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     try:
         with zipfile.ZipFile(archive) as zf:
             infos = zf.infolist()
-            if len(infos) > MAX_MEMBERS:
-                return (f"zip has {len(infos)} entries, more than the {MAX_MEMBERS} allowed; "
+            if len(infos) > max_members:
+                return (f"zip has {len(infos)} entries, more than the {max_members} allowed; "
                         "remove unneeded files and submit again")
             members = [(info, parts) for info in infos if (parts := _member_parts(info))]
             size = sum(info.file_size for info, _ in members)   # zipfile never unpacks more than a member declares
-            if size > MAX_BYTES:
-                return (f"zip unpacks to {size / 2**20:.1f} MiB, more than the {MAX_BYTES // 2**20} MiB allowed; "
+            if size > max_bytes:
+                return (f"zip unpacks to {size / 2**20:.1f} MiB, more than the {max_bytes // 2**20} MiB allowed; "
                         "remove unneeded files and submit again")
             for info, parts in members:
                 target = dest.joinpath(*parts)

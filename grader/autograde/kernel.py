@@ -1,14 +1,18 @@
 """One student notebook in a fresh, limited kernel: run its cells, survive what they do, replay after a crash.
 
 The kernel is the course's Python (this interpreter) started through `grader/autograde/launch.py`,
-which applies the memory limit, whatever kernel the notebook's metadata names. Cells that kill
+which applies the memory limit, whatever kernel the notebook's metadata names. Given an `Isolation`
+(sandbox.py), it imports the public grader only and runs inside the sandbox, with its sockets, its
+connection file and the bridge's files in the notebook's own folder. Cells that kill
 or hang the kernel are remembered and skipped when the kernel is restarted and the notebook
 replayed, so the definitions in the other cells survive.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import select
+import signal
 import shutil
 import subprocess
 import sys
@@ -29,6 +33,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
+from grader.autograde import sandbox
+from grader.autograde.sandbox import Isolation
+
 GiB = 2**30
 _LAUNCH = str(Path(__file__).with_name("launch.py"))  # by path: see launch.py
 REPLAY_SLOW_CELL = 2.0  # seconds a timed-out cell gets when the notebook is replayed
@@ -43,6 +50,20 @@ class Limits:
     memory: int = 4 * GiB            # address space the kernel may add to its start-up (RLIMIT_AS; launch.py)
     threads: int = 1                 # torch / OpenMP threads in the kernel
     max_restarts: int = 4            # kernel restarts (each replays the notebook) before giving up
+
+
+def _exe(p: psutil.Process) -> str:
+    try:
+        return p.exe()
+    except psutil.Error:
+        return ""
+
+
+def _children(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return p.children()
+    except psutil.Error:
+        return []
 
 
 def _kill(processes: list[psutil.Process]) -> None:
@@ -63,12 +84,21 @@ class Outcome:
 
 
 class _GradingKernelManager(AsyncKernelManager):
-    """Always the course's interpreter with the grading launcher, never the kernel a notebook asks for."""
+    """Always the course's interpreter with the grading launcher, never the kernel a notebook asks for
+    (inside the sandbox's command line when there is one)."""
+
+    launch_argv: list[str] = [sys.executable, _LAUNCH]
+    owner: tuple[int, int] | None = None   # a kernel user must be able to read its connection file
 
     @property
     def kernel_spec(self) -> KernelSpec:  # type: ignore[override]
-        return KernelSpec(argv=[sys.executable, _LAUNCH, "-f", "{connection_file}"],
+        return KernelSpec(argv=[*self.launch_argv, "-f", "{connection_file}"],
                           display_name="grading", language="python", metadata={})
+
+    def write_connection_file(self, **kwargs: Any) -> None:  # noqa: D102
+        super().write_connection_file(**kwargs)
+        if self.owner is not None:
+            os.chown(self.connection_file, *self.owner)
 
 
 class _QuietClient(NotebookClient):
@@ -84,6 +114,8 @@ class NotebookKernel:
     cwd: Path                               # scratch copy of the notebook's folder
     limits: Limits
     setup: Any = None                       # callable(kernel) run after each (re)start, before any cell
+    isolation: Isolation | None = None      # public grader and sandbox (None: this process's grader, no sandbox)
+    folder: Path | None = None              # the notebook's own folder (holds cwd), the one place it may write
     outcomes: dict[int, Outcome] = field(default_factory=dict)   # first outcome of each cell
     skip: set[int] = field(default_factory=set)                   # cells that killed or hung the kernel
     slow: set[int] = field(default_factory=set)                   # cells that timed out but could be interrupted
@@ -95,26 +127,59 @@ class NotebookKernel:
         self._client: NotebookClient | None = None
         self._ran_upto = 0                 # cells before this index have been run once
         self._reply: dict | None = None
+        self._kernel_pid: int | None = None
+        self.token = secrets.token_hex(8)  # in the kernel's environment: finds what it started, wherever it went
+        if self.folder is None:
+            self.folder = self.cwd
 
     # ---------------------------------------------------------------- lifecycle
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
         n = str(self.limits.threads)
-        env.update({
+        ours = {
             "CUDA_VISIBLE_DEVICES": "",        # grades must not depend on the grading machine having a GPU
             "GRADER_GRADING": "1",             # grader.check in the notebook only says the grader runs the checks
             "GRADER_MEMORY_LIMIT": str(self.limits.memory),
             "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
             "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
-        })
-        return env
+            "GRADER_NOTEBOOK": self.token,
+        }
+        if self.isolation is None:
+            return {**os.environ, **ours}
+        ids = sandbox.user_ids(self.isolation)
+        if ids is not None:
+            ours["GRADER_KERNEL_UID"], ours["GRADER_KERNEL_GID"] = str(ids[0]), str(ids[1])
+        return sandbox.kernel_env(self.isolation, dict(os.environ), ours, self.home)
+
+    def private_dir(self, prefix: str) -> Path:
+        """A new folder for the grader's files in the notebook's own folder (the kernel can reach it there)."""
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.folder))
+        if self.isolation is not None:
+            sandbox.own_folder(path, self.isolation)
+        return path
+
+    def _manager(self) -> _GradingKernelManager:
+        iso = self.isolation
+        if iso is None:
+            # Unix sockets in a private folder: no TCP port, nothing another user on the machine can reach.
+            self._ipc = tempfile.mkdtemp(prefix="grader-ipc-")
+            return _GradingKernelManager(transport="ipc", ip=os.path.join(self._ipc, "kernel"))
+        if self.restarts == 0:
+            self.home = Path(self.folder) / "home"
+            sandbox.prepare_home(self.home)
+            sandbox.own_folder(Path(self.folder), iso)
+        self._ipc = str(self.private_dir("ipc-"))  # a fresh one per start: nothing left in it by the notebook
+        km = _GradingKernelManager(transport="ipc", ip=os.path.join(self._ipc, "kernel"),
+                                   connection_file=os.path.join(self._ipc, "connection.json"))
+        prefix = sandbox.bwrap_argv(iso, Path(self.folder), self.cwd) if iso.kind == "bwrap" else []
+        km.launch_argv = [*prefix, sys.executable, iso.launch]
+        km.owner = sandbox.user_ids(iso)
+        return km
 
     def start(self) -> None:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("")])
-        # Unix sockets in a private folder: no TCP port, nothing another user on the machine can reach.
-        self._ipc = tempfile.mkdtemp(prefix="grader-ipc-")
-        km = _GradingKernelManager(transport="ipc", ip=os.path.join(self._ipc, "kernel"))
+        km = self._manager()
+        self._kernel_pid = None
         client = _QuietClient(nb, km=km, timeout=int(self.limits.cell_timeout),
                               allow_errors=True, interrupt_on_timeout=False, record_timing=False,
                               shutdown_kernel="immediate", startup_timeout=120, iopub_timeout=10)
@@ -130,7 +195,10 @@ class NotebookKernel:
         self._comm_id = ""
         fifo = os.path.join(self._ipc, f"done-{self.restarts}")
         os.mkfifo(fifo, 0o600)
-        self.fifo_path, self._fifo = fifo, os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        ids = sandbox.user_ids(self.isolation) if self.isolation is not None else None
+        if ids is not None:
+            os.chown(fifo, *ids)
+        self.fifo_path, self._fifo = fifo, os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         self._fifo_buffer = b""
         if self.setup is not None:
             self.setup(self)
@@ -148,7 +216,7 @@ class NotebookKernel:
         client, self._client = self._client, None
         if client is None or client.km is None:
             return
-        kids = self._children(client)
+        kids = self._started() + self._sandbox_processes()
         try:
             client._cleanup_kernel()
         except Exception:
@@ -156,18 +224,77 @@ class NotebookKernel:
         _kill(kids)
         shutil.rmtree(getattr(self, "_ipc", ""), ignore_errors=True)
 
-    @staticmethod
-    def _children(client: NotebookClient | None) -> list[psutil.Process]:
-        """Every process the kernel started (e.g. torch.multiprocessing or torch.distributed workers)."""
-        pid = getattr(getattr(getattr(client, "km", None), "provisioner", None), "pid", None)
+    def _launched(self) -> psutil.Process | None:
+        """The process the kernel manager started: the kernel, or the sandbox holding it."""
+        pid = getattr(getattr(getattr(self._client, "km", None), "provisioner", None), "pid", None)
         try:
-            return psutil.Process(pid).children(recursive=True) if pid else []
+            return psutil.Process(pid) if pid else None
+        except psutil.Error:
+            return None
+
+    def _sandbox_processes(self) -> list[psutil.Process]:
+        """With bubblewrap: the sandbox's own processes (its init among them), which die when it is killed."""
+        top = self._launched()
+        if top is None or self.isolation is None or self.isolation.kind != "bwrap":
+            return []
+        try:
+            return [top, *(p for p in top.children(recursive=True) if p.pid != self.kernel_pid())]
         except psutil.Error:
             return []
 
+    def kernel_pid(self) -> int | None:
+        """The kernel's own process id here (inside a sandbox: the first Python process under bubblewrap)."""
+        if self._kernel_pid is not None:
+            return self._kernel_pid
+        top = self._launched()
+        if top is None:
+            return None
+        if self.isolation is None or self.isolation.kind != "bwrap":
+            self._kernel_pid = top.pid
+            return top.pid
+        python = os.path.realpath(sys.executable)
+        level = [top]
+        for _ in range(4):  # bubblewrap, its init, then the kernel: the shallowest Python process
+            level = [c for p in level for c in _children(p)]
+            for p in level:
+                if os.path.realpath(_exe(p)) == python:
+                    self._kernel_pid = p.pid
+                    return p.pid
+        return None
+
+    def _started(self) -> list[psutil.Process]:
+        """Every process the notebook's code started (torch.multiprocessing or torch.distributed workers, and
+        in a sandbox or as a kernel user also those that left the kernel's tree), never the kernel itself."""
+        found: dict[int, psutil.Process] = {}
+        pid = self.kernel_pid()
+        try:
+            if pid is not None:
+                found.update((p.pid, p) for p in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            pass
+        kernel = {pid}
+        for p in self._sandbox_processes():
+            if p.pid not in kernel and os.path.realpath(_exe(p)) != os.path.realpath(self._bwrap()):
+                found[p.pid] = p
+        if self.isolation is not None and self.isolation.kind == "user":
+            uid = (sandbox.user_ids(self.isolation) or (None,))[0]
+            for p in psutil.process_iter(["uids"]):
+                if p.pid not in kernel and p.info["uids"] and p.info["uids"].real == uid and self._carries_token(p):
+                    found[p.pid] = p
+        return list(found.values())
+
+    def _bwrap(self) -> str:
+        return shutil.which(self.isolation.bwrap) or self.isolation.bwrap if self.isolation else ""
+
+    def _carries_token(self, p: psutil.Process) -> bool:
+        try:
+            return p.environ().get("GRADER_NOTEBOOK") == self.token
+        except psutil.Error:
+            return False
+
     def kill_children(self) -> int:
         """End every process the notebook's code started; the kernel itself lives on. How many there were."""
-        kids = self._children(self._client)
+        kids = self._started()
         _kill(kids)
         return len(kids)
 
@@ -278,7 +405,14 @@ class NotebookKernel:
         if self._client is None:
             return False
         try:
-            run_sync(self._client.km.interrupt_kernel)()
+            if self.isolation is not None and self.isolation.kind == "bwrap":
+                # Signalling the sandbox's process group would end bubblewrap itself: the kernel alone gets it.
+                pid = self.kernel_pid()
+                if pid is None:
+                    return False
+                os.kill(pid, signal.SIGINT)
+            else:
+                run_sync(self._client.km.interrupt_kernel)()
         except Exception:
             return False
         return self.call("pass", 5).status == "ok"

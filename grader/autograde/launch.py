@@ -5,6 +5,10 @@ an allocation past it fails with MemoryError or torch's "can't allocate memory" 
 It counts what the notebook adds on top of the kernel's own start-up (Python, ipykernel and torch imported),
 because that start-up alone maps about 1 GiB with a CPU build of torch and several GiB with a CUDA build:
 the same `--memory` then means the same thing on every machine.
+
+In a sandbox (sandbox.py) the kernel's parent is the sandbox's own init, so ipykernel must not watch its
+parent's pid (it would see pid 1 and exit); with a kernel user (`GRADER_KERNEL_UID`), the launcher starts as
+root and drops to that user before anything of the notebook's can run.
 """
 import os
 import resource
@@ -30,6 +34,21 @@ if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and sys.path[0] in ("", os.getcwd(), here):
         del sys.path[0]
+    if os.environ.get("GRADER_SANDBOX"):
+        os.environ.pop("JPY_PARENT_PID", None)
+    if os.environ.pop("GRADER_PUBLIC", ""):
+        # An editable install of the course puts a finder on sys.meta_path that maps every `grader.*` name
+        # to the course repository, whatever `grader.__path__` says: the kernel gets the public package only.
+        for finder in list(sys.meta_path):
+            mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
+            if isinstance(mapping, dict) and "grader" in mapping:
+                sys.meta_path.remove(finder)
+    uid = os.environ.pop("GRADER_KERNEL_UID", "")
+    if uid:
+        gid = int(os.environ.pop("GRADER_KERNEL_GID"))
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(int(uid), int(uid), int(uid))
     import torch  # noqa: F401  (every notebook imports it; counted in the baseline, not against the notebook)
     from ipykernel import kernelapp
 

@@ -20,6 +20,7 @@ from grader.autograde import tamper
 from grader.autograde.bridge import Bridge, RemoteFunction
 from grader.autograde.kernel import Limits, NotebookKernel, Outcome
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
+from grader.autograde.sandbox import Isolation
 from grader.registry import Exercise
 from grader.results import (CRASHED, INVALID, MISSING, PASSED, TAMPERED, TIMEOUT, CheckResult, ExerciseResult)
 from grader.runner import run_check
@@ -63,7 +64,8 @@ def read_cells(path: Path) -> tuple[list[str], list[int]]:
 
 
 def scratch_copy(folder: Path, scratch: Path) -> Path:
-    """The notebook's folder copied under `scratch/notebooks`, with the course's data/ beside it as in the repo."""
+    """The notebook's folder copied under `scratch/notebooks`, with the course's data/ beside it as in the repo:
+    the student's world while graded (a sandboxed kernel can reach nothing else)."""
     work = scratch / "notebooks"
     shutil.copytree(folder, work, symlinks=True,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__MACOSX", ".git"))
@@ -137,7 +139,7 @@ def whole_notebook(student: str, chapter: str, status: str, message: str) -> lis
 
 
 def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch: Path,
-                   limits: Limits) -> list[ExerciseGrade]:
+                   limits: Limits, isolation: Isolation | None = None) -> list[ExerciseGrade]:
     """Grades for every exercise of `chapter` from the notebook at `path` (run in a copy of `folder`)."""
     try:
         sources, numbers = read_cells(path)
@@ -146,7 +148,7 @@ def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch
     exercises = registry.all_exercises(chapters.key(chapter))
     tampered = tamper.scan(sources, numbers)
     cwd = scratch_copy(folder, scratch)
-    kernel = NotebookKernel(sources, cwd, limits)
+    kernel = NotebookKernel(sources, cwd, limits, isolation=isolation, folder=scratch)
     bridge = Bridge(kernel)
     kernel.setup = lambda k: bridge.setup()
     try:
@@ -191,12 +193,15 @@ def _withheld(g: ExerciseGrade, tampered: list[str], scratch: Path) -> ExerciseG
 
 
 def grade(student: str, chapter: str, path: Path | None, folder: Path | None, scratch: Path, limits: Limits,
-          source: str = "", fingerprint: str = "", missing_message: str = "") -> NotebookRecord:
+          source: str = "", fingerprint: str = "", missing_message: str = "",
+          isolation: Isolation | None = None) -> NotebookRecord:
     """A NotebookRecord for one student and chapter, timed; never raises for anything the notebook does."""
     start = time.monotonic()
     if path is None or folder is None:
         grades = whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}")
     else:
-        grades = grade_notebook(student, chapter, path, folder, scratch, limits)
+        grades = grade_notebook(student, chapter, path, folder, scratch, limits, isolation)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades, when)
+    how = isolation.describe() if isolation is not None and path is not None else ""
+    return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades, when,
+                          how)

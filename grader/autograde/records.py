@@ -53,6 +53,7 @@ class NotebookRecord:
     seconds: float        # wall time spent grading this notebook
     grades: list[ExerciseGrade] = field(default_factory=list)
     graded_at: str = ""   # when it was graded, "2026-11-22 11:20 UTC" (kept with the record when a re-run reuses it)
+    sandbox: str = ""     # how its kernel was isolated ("sandbox: bubblewrap ...", or "no sandbox: why")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,9 +14,14 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
 from grader.chapters import NOTEBOOKS
+
+if TYPE_CHECKING:   # adjust.py imports the records and collect.py, not this module; only the type is needed here
+    from grader.autograde.adjust import Adjustments
+    from grader.autograde.late import Lateness
 
 GRADES_HEADER = ("student", "chapter", "exercise", "score", "max_score", "status", "message")
 SCORING_NOTE = ("Each exercise scores its points times the weighted fraction of its checks that passed; "
@@ -105,35 +110,61 @@ def _csv(rows: Iterable[Sequence[object]]) -> str:
     return buf.getvalue()
 
 
-def grades_csv(records: Iterable[NotebookRecord]) -> str:
-    """One row per student and exercise: the table an instructor filters and sorts."""
+def grades_csv(records: Iterable[NotebookRecord], adjust: Adjustments | None = None) -> str:
+    """One row per student and exercise: the table an instructor filters and sorts.
+
+    An overridden exercise keeps its graded status; its score is the instructor's and its message starts
+    with `overridden from <graded score>: <reason>`. Late penalties are per chapter (gradebook.csv), not here.
+    """
     rows = [GRADES_HEADER]
     for r in _sorted(records):
         rows += [(g.student, g.chapter, g.exercise, _num(g.score), _num(g.max_score), g.status, g.message)
+                 if adjust is None or (o := adjust.override(g)) is None else
+                 (g.student, g.chapter, g.exercise, _num(o.score), _num(g.max_score), g.status,
+                  f"overridden from {_num(g.score)}: {o.reason}; graded: {g.message}")
                  for g in r.grades]
     return _csv(rows)
 
 
-def gradebook_csv(records: Iterable[NotebookRecord], students: Sequence[str], chapters: Sequence[str]) -> str:
-    """One row per student, a score per chapter: what goes into the course's gradebook.
-
-    Every listed student gets a row, and max_total counts each chapter's full marks, so a student
-    without a notebook scores 0 out of the same total as everyone else.
-    """
+def chapter_scores(records: Iterable[NotebookRecord], students: Sequence[str], chapters: Sequence[str],
+                   adjust: Adjustments | None = None) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
+    """Every listed student's score per chapter, rounded (after overrides, before late penalties), and each
+    chapter's full marks; ValueError for a record outside the students and chapters listed."""
     listed = set(students)
     scores: dict[tuple[str, str], float] = {}
     chapter_max = dict.fromkeys(chapters, 0.0)
     for r in records:
         if r.student not in listed or r.chapter not in chapter_max:
             raise ValueError(f"record for {r.student!r}, {r.chapter!r}: not among the students and chapters listed")
-        scores[r.student, r.chapter] = scores.get((r.student, r.chapter), 0.0) + sum(g.score for g in r.grades)
+        earned = sum(g.score for g in r.grades) if adjust is None else sum(adjust.score(g) for g in r.grades)
+        scores[r.student, r.chapter] = scores.get((r.student, r.chapter), 0.0) + earned
         chapter_max[r.chapter] = max(chapter_max[r.chapter], sum(g.max_score for g in r.grades))
+    return {(s, c): _round(scores.get((s, c), 0.0)) for s in listed for c in chapters}, chapter_max
+
+
+def gradebook_csv(records: Iterable[NotebookRecord], students: Sequence[str], chapters: Sequence[str],
+                  adjust: Adjustments | None = None) -> str:
+    """One row per student, a score per chapter: what goes into the course's gradebook.
+
+    Every listed student gets a row, and max_total counts each chapter's full marks, so a student
+    without a notebook scores 0 out of the same total as everyone else. With a late policy, each chapter's
+    score is after its penalty, and a `<chapter> late` column per chapter says how late and what it cost.
+    """
+    raw, chapter_max = chapter_scores(records, students, chapters, adjust)
     max_total = _num(sum(_round(m) for m in chapter_max.values()))
-    rows: list[Sequence[object]] = [("student", *chapters, "total", "max_total")]
-    for s in sorted(listed, key=_student_key):
-        cells = [_round(scores.get((s, c), 0.0)) for c in chapters]
-        rows.append((s, *map(_num, cells), _num(sum(cells)), max_total))
+    late_on = adjust is not None and adjust.late_on
+    rows: list[Sequence[object]] = [("student", *chapters, "total", "max_total",
+                                     *([f"{c} late" for c in chapters] if late_on else []))]
+    for s in sorted(set(students), key=_student_key):
+        cells = [raw[s, c] if adjust is None else _round(adjust.chapter_score(s, c, raw[s, c])) for c in chapters]
+        notes = [_late_cell(adjust.lateness(s, c), raw[s, c]) for c in chapters] if late_on else []
+        rows.append((s, *map(_num, cells), _num(sum(cells)), max_total, *notes))
     return _csv(rows)
+
+
+def _late_cell(lateness: Lateness | None, raw: float) -> str:
+    """'2 days late, -20% of 9.5', or '' when on time."""
+    return "" if lateness is None else f"{lateness.short()} of {_num(raw)}"
 
 
 def _check_line(c: CheckRecord) -> str:
@@ -159,11 +190,17 @@ def summary(g: ExerciseGrade) -> str:
     return g.message
 
 
-def results_json(student: str, records: Sequence[NotebookRecord]) -> str:
-    """The student's results in Gradescope's autograder format (results.json)."""
+def results_json(student: str, records: Sequence[NotebookRecord], adjust: Adjustments | None = None) -> str:
+    """The student's results in Gradescope's autograder format (results.json).
+
+    An overridden exercise's test has the instructor's score and says why first; a late penalty lowers the
+    top-level score (Gradescope shows it instead of the tests' sum) and the summary says what it took.
+    """
     records = _sorted(records)  # a fixed order also fixes the float sums
     grades = [g for r in records for g in r.grades]
     score = _round(sum(g.score for g in grades))
+    if adjust is not None:
+        score = _round(sum(_adjusted_chapter(student, r, adjust)[1] for r in records))
     max_score = _round(sum(g.max_score for g in grades))
     passed = sum(g.status == "passed" for g in grades)
     tests = [{
@@ -175,13 +212,37 @@ def results_json(student: str, records: Sequence[NotebookRecord]) -> str:
         "visibility": "visible",
         "extra_data": {"status": g.status, "chapter": g.chapter, "exercise": g.exercise},
     } for g in grades]
+    if adjust is not None:
+        for g, test in zip(grades, tests):
+            if (o := adjust.override(g)) is not None:
+                test.update(score=_round(o.score), status="passed" if o.score >= g.max_score else "failed",
+                            output=f"{_override_words(g, o.reason)}\n{test['output']}")
+                test["extra_data"]["override"] = {"graded_score": _round(g.score), "reason": o.reason}
+    output = f"{student}: {_num(score)}/{_num(max_score)} points; {passed}/{len(grades)} exercises passed."
+    if adjust is not None:
+        for r in records:
+            if (lateness := adjust.lateness(student, r.chapter)) is not None:
+                raw, final = _adjusted_chapter(student, r, adjust)
+                output += f" {r.chapter}: {lateness.words()} ({_num(raw)} → {_num(final)} points)."
     result = {
         "score": score,
         "execution_time": round(sum(r.seconds for r in records), 1),
-        "output": f"{student}: {_num(score)}/{_num(max_score)} points; {passed}/{len(grades)} exercises passed.",
+        "output": output,
         "tests": tests,
     }
     return json.dumps(result, ensure_ascii=False, indent=2, sort_keys=False) + "\n"
+
+
+def _adjusted_chapter(student: str, r: NotebookRecord, adjust: Adjustments) -> tuple[float, float]:
+    """One record's score after overrides, and after its late penalty too."""
+    raw = _round(sum(adjust.score(g) for g in r.grades))
+    return raw, _round(adjust.chapter_score(student, r.chapter, raw))
+
+
+def _override_words(g: ExerciseGrade, reason: str) -> str:
+    """What the student reads about an overridden exercise."""
+    return (f"Score set by your instructor: {reason} "
+            f"(the grader gave {_num(g.score)} of {_num(g.max_score)}: {STATUS_WORDS.get(g.status, g.status)}).")
 
 
 def _exercise_number(g: ExerciseGrade) -> str:
@@ -192,13 +253,17 @@ def _exercise_number(g: ExerciseGrade) -> str:
     return f"Exercise {ids.index(g.exercise) + 1}" if g.exercise in ids else "Exercise"
 
 
-def _exercise_html(g: ExerciseGrade) -> str:
+def _exercise_html(g: ExerciseGrade, adjust: Adjustments | None = None) -> str:
     e = html.escape
     tone = _TONE.get(g.status, "bad")
     name = g.exercise.partition(".")[2] or g.exercise
+    o = adjust.override(g) if adjust is not None else None
+    score = g.score if o is None else o.score
     parts = [f'<article class="exercise"><h3><span>{e(_exercise_number(g))} · <code>{e(name)}</code></span>'
              f'<span class="badge {tone}">{e(STATUS_WORDS.get(g.status, g.status))}</span>'
-             f'<span class="points">{_num(g.score)} / {_num(g.max_score)}</span></h3>',
+             + ('<span class="badge muted">Score set by your instructor</span>' if o is not None else "")
+             + f'<span class="points">{_num(score)} / {_num(g.max_score)}</span></h3>',
+             *([f'<p class="summary warn">{e(_override_words(g, o.reason))}</p>'] if o is not None else []),
              f'<p class="summary">{e(summary(g))}</p>']
     if g.checks and g.status not in ("not_implemented",):
         items = []
@@ -213,17 +278,20 @@ def _exercise_html(g: ExerciseGrade) -> str:
     return "".join(parts)
 
 
-def feedback_html(student: str, records: Sequence[NotebookRecord]) -> str:
+def feedback_html(student: str, records: Sequence[NotebookRecord], adjust: Adjustments | None = None) -> str:
     """A self-contained page for the student (inline CSS, no scripts or links); every record text is escaped.
 
     Written to be read once on any screen: words instead of identifiers, each exercise's checks once,
-    which file was graded and when.
+    which file was graded and when; an overridden exercise says the instructor's reason, a late chapter
+    what its lateness cost.
     """
     from grader.chapters import title
 
     e = html.escape
     records = _sorted(records)
     total = sum(g.score for r in records for g in r.grades)
+    if adjust is not None:
+        total = sum(_adjusted_chapter(student, r, adjust)[1] for r in records)
     max_total = sum(g.max_score for r in records for g in r.grades)
     body = [f"<header><h1>Feedback for {e(student)}</h1>",
             f'<p class="total">Total: <b>{_num(total)} of {_num(max_total)}</b> points</p>',
@@ -233,30 +301,43 @@ def feedback_html(student: str, records: Sequence[NotebookRecord]) -> str:
         body.append("<p>No notebooks were graded.</p>")
     for r in records:
         score, max_score = sum(g.score for g in r.grades), sum(g.max_score for g in r.grades)
+        lateness = adjust.lateness(student, r.chapter) if adjust is not None else None
+        if adjust is not None:
+            raw, score = _adjusted_chapter(student, r, adjust)
         if r.source:
             when = f" · graded {e(r.graded_at)}" if r.graded_at else ""
             meta = f'<p class="meta">Graded file: <code>{e(r.source)}</code>{when}</p>'
         else:
             meta = '<p class="meta">No notebook for this chapter was found in the submission.</p>'
+        if lateness is not None:
+            words = lateness.words()
+            meta += (f'<p class="note warn">{e(words[0].upper() + words[1:])} '
+                     f"({_num(raw)} → {_num(score)} points).</p>")
         body += [f'<section><h2>{e(title(r.chapter))} — {_num(score)} / {_num(max_score)}</h2>', meta,
-                 *(_exercise_html(g) for g in r.grades), "</section>"]
+                 *(_exercise_html(g, adjust) for g in r.grades), "</section>"]
     head = ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>Feedback for {e(student)}</title>\n<style>\n{_CSS}\n</style>\n</head>\n<body>\n")
     return head + "\n".join(body) + "\n</body>\n</html>\n"
 
 
-def write_student(out: Path, student: str, records: Sequence[NotebookRecord]) -> list[Path]:
+def write_student(out: Path, student: str, records: Sequence[NotebookRecord],
+                  adjust: Adjustments | None = None) -> list[Path]:
     """Write OUT/<student>/results.json and feedback.html; the files that changed."""
     folder = student_dir(out, student)
-    files = {folder / "results.json": results_json(student, records),
-             folder / "feedback.html": feedback_html(student, records)}
+    files = {folder / "results.json": results_json(student, records, adjust),
+             folder / "feedback.html": feedback_html(student, records, adjust)}
     return [path for path, text in files.items() if write_atomic(path, text)]
 
 
 def write_cohort(out: Path, records: Iterable[NotebookRecord], students: Sequence[str],
-                 chapters: Sequence[str]) -> list[Path]:
-    """Write OUT/grades.csv and OUT/gradebook.csv; the files that changed."""
+                 chapters: Sequence[str], adjust: Adjustments | None = None) -> list[Path]:
+    """Write OUT/grades.csv and OUT/gradebook.csv (and canvas.csv when `adjust` asks for it); the files that changed."""
     records = list(records)
-    files = {out / "grades.csv": grades_csv(records), out / "gradebook.csv": gradebook_csv(records, students, chapters)}
+    files = {out / "grades.csv": grades_csv(records, adjust),
+             out / "gradebook.csv": gradebook_csv(records, students, chapters, adjust)}
+    if adjust is not None and adjust.canvas is not None:
+        from grader.autograde.canvas_csv import canvas_csv   # it builds on this module's tables
+
+        files[out / "canvas.csv"] = canvas_csv(records, students, chapters, adjust)
     return [path for path, text in files.items() if write_atomic(path, text)]
