@@ -142,6 +142,7 @@ class _FakeGPU:
 
     def __init__(self, allocated=0, peak=0, cached=0):
         self.busy_until = _perf()  # when the queued work will be done
+        self.late = 0.0            # the most a wait overran its end (a busy machine wakes a sleeper late)
         self.allocated, self.peak = allocated, max(peak, allocated)
         self.reserved = allocated + cached  # the caching allocator keeps freed blocks: reserved >= allocated
         self.peak_reserved = self.reserved
@@ -155,6 +156,7 @@ class _FakeGPU:
         while True:
             left = t - _perf()
             if left <= 0:
+                self.late = max(self.late, -left)
                 return
             _sleep(left)
 
@@ -489,10 +491,12 @@ def time_calls(time_fn, warmup_ms, timed_ms, warmup, reps, machine):
     durations = warmup_ms + timed_ms (the last one repeats if fn is called more often). machine "cpu": a
     CPU-only machine, fn does its work before it returns. machine "gpu": a simulated GPU, fn launches its
     work and returns at once; the work runs on the simulated device's queue. warmup=None and reps=None
-    leave both arguments to their defaults. Returns what time_fn returned and how often it called fn.
+    leave both arguments to their defaults. Returns what time_fn returned, how often it called fn, and how
+    much longer than asked the slowest CPU call took (a busy machine wakes a sleeper late).
     """
     durations = [ms / 1e3 for ms in list(warmup_ms) + list(timed_ms)]
     calls = [0]
+    late = [0.0]
     gpu = _FakeGPU() if machine == "gpu" else None
 
     def fn():
@@ -502,9 +506,11 @@ def time_calls(time_fn, warmup_ms, timed_ms, warmup, reps, machine):
         if gpu is not None:
             gpu.launch(seconds)
         else:
-            end = _perf() + seconds
+            start = _perf()
+            end = start + seconds
             while _perf() < end:
                 _sleep(end - _perf())
+            late[0] = max(late[0], _perf() - end)
 
     kwargs = {}
     if warmup is not None:
@@ -513,7 +519,7 @@ def time_calls(time_fn, warmup_ms, timed_ms, warmup, reps, machine):
         kwargs["reps"] = reps
     with gpu.patches() if gpu is not None else _cpu_only():
         result = time_fn(fn, **kwargs)
-    return {"seconds": result, "calls": calls[0]}
+    return {"seconds": result, "calls": calls[0], "late": max(late[0], gpu.late if gpu is not None else 0.0)}
 
 
 # ---------------------------------------------------------------- transfer_bandwidth
