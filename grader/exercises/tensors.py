@@ -16,9 +16,10 @@ SAME_STORAGE = exercise("tensors.same_storage", points=2)
 ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
 # Library routes to the broadcast shape; any other (arrays, meta tensors) fails on shapes no array can have.
 BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2,
-                           forbid=("torch.broadcast_shapes", "torch.functional.broadcast_shapes", "torch.broadcast_tensors",
-                                   "torch.broadcast_to", "torch._C._infer_size", "numpy.broadcast_shapes",
-                                   "numpy.broadcast", "numpy.broadcast_arrays", "numpy.broadcast_to"))
+                           forbid=("torch.broadcast_shapes", "torch.functional.broadcast_shapes",
+                                   "torch.broadcast_tensors", "torch.broadcast_to", "torch._C._infer_size",
+                                   "numpy.broadcast_shapes", "numpy.broadcast", "numpy.broadcast_arrays",
+                                   "numpy.broadcast_to"))
 ATTENTION_SCORES = exercise("tensors.attention_scores", points=2)
 SPLIT_HEADS = exercise("tensors.split_heads", points=2)
 MERGE_HEADS = exercise("tensors.merge_heads", points=1)
@@ -124,7 +125,8 @@ def expect_offset_from_layout(element_offset, shape: tuple[int, ...], stride: tu
                               index: tuple[int, ...]) -> None:
     """element_offset on an object with only x's shape, stride() and storage_offset(): the formula, no indexing."""
     x = numbered(offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1).as_strided(shape, stride, offset)
-    how = f"element_offset(x, {index}) for an x that has only shape {shape}, stride() {stride} and storage_offset() {offset}"
+    how = (f"element_offset(x, {index}) for an x that has only shape {shape}, stride() {stride} "
+           f"and storage_offset() {offset}")
     out = run_scenario(scenarios.offset_from_layout, element_offset, shape, stride, offset, index)
     if not all(-s <= i < s for i, s in zip(index, shape)):
         expect(out["index_error"], f"{how} should raise IndexError, but "
