@@ -13,6 +13,7 @@ import torch
 _isclose = torch.isclose
 _isnan = torch.isnan
 _isinf = torch.isinf
+_isfinite = torch.isfinite
 _Tensor = torch.Tensor
 
 
@@ -27,6 +28,64 @@ def fail(message: str) -> None:
 def expect(condition: bool, message: str) -> None:
     if not condition:
         raise CheckFailure(message)
+
+
+# A result off by a clean factor is usually one mistake; the message names the likely one.
+_MAX_FACTOR = 1024
+
+
+def _named_factor(k: float) -> str:
+    """What a result `k` times the expected one usually means."""
+    if k == -1:
+        return "the sign is flipped"
+    if k in (100, 0.01):
+        return "a percentage where a fraction was wanted?" if k == 100 else "a fraction where a percentage was wanted?"
+    if k > 1 and k == int(k):
+        return "summed instead of averaged?" if k == 2 else f"summed instead of averaged, or counted {int(k)} times?"
+    n = round(1 / k)
+    return "averaged instead of summed, or a factor of 2 missing?" if n == 2 else \
+        f"averaged instead of summed, or divided by {n} once too often?"
+
+
+def clean_factor(actual: float, expected: float, rel: float = 1e-6) -> float | None:
+    """k when actual is k times expected for a clean k (-1, n or 1/n with 2 <= n <= 1024), else None."""
+    if not (math.isfinite(actual) and math.isfinite(expected)) or expected == 0 or actual == 0:
+        return None
+    r = actual / expected
+    candidates = [-1.0] + ([float(round(r))] if abs(r) >= 1 else [1 / round(1 / r)])
+    for k in candidates:
+        if (k > 0 or k == -1) and k != 1 and abs(r - k) <= rel * abs(k) and 1 / _MAX_FACTOR <= abs(k) <= _MAX_FACTOR:
+            return k
+    return None
+
+
+def factor_message(k: float) -> str:
+    """'yours is 2.00× the expected value: summed instead of averaged?' for a clean factor k."""
+    if abs(k) >= 1:
+        return f"yours is {k:.2f}× the expected value: {_named_factor(k)}"
+    return f"yours is {k:.3g}× the expected value (1/{round(1 / k)} of it): {_named_factor(k)}"
+
+
+def factor_hint(actual: Any, expected: Any) -> str:
+    """'; yours is 2.00× the expected value: ...' when two numbers differ by a clean factor, else ''."""
+    if isinstance(actual, bool) or isinstance(expected, bool) or not isinstance(actual, (int, float)) \
+            or not isinstance(expected, (int, float)):
+        return ""
+    k = clean_factor(float(actual), float(expected))
+    return "" if k is None else f"; {factor_message(k)}"
+
+
+def _tensor_factor(a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float) -> float | None:
+    """The clean k with a close to k * e everywhere (e not all zero), else None."""
+    a64, e64 = a.double(), e.double()
+    finite = _isfinite(a64) & _isfinite(e64)
+    if not bool(finite.all()) or not bool((e64 != 0).any()):
+        return None
+    ratio = float((a64 * e64).sum() / (e64 * e64).sum())  # least squares: a = k e
+    k = clean_factor(ratio, 1.0, rel=1e-3)
+    if k is None or not bool(_isclose(a64, k * e64, rtol=rtol, atol=atol * abs(k)).all()):
+        return None
+    return k
 
 
 def describe(x: Any) -> str:
@@ -60,7 +119,7 @@ def expect_equal(actual: Any, expected: Any, what: str) -> None:
     else:
         ok = actual == expected
     if not ok:
-        fail(f"{what}: got {actual!r}, expected {expected!r}")
+        fail(f"{what}: got {actual!r}, expected {expected!r}{factor_hint(actual, expected)}")
 
 
 def call(fn: Callable[..., Any], *args: Any, what: str) -> Any:
@@ -130,6 +189,9 @@ def expect_tensor(actual: Any, expected: torch.Tensor, what: str, *, rtol: float
             diff = diff[~(_isnan(diff))]
             if diff.numel():
                 msg += f" (largest difference {float(diff.max()):.3g})"
+        k = _tensor_factor(a, e, rtol if e.is_floating_point() else 0.0, atol if e.is_floating_point() else 0.0)
+        if k is not None:
+            msg += f"; {factor_message(k)}"
         fail(msg)
 
 

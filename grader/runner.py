@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 import traceback
+import types
 import zlib
 from typing import Any, Iterator, Mapping
 
@@ -48,7 +49,25 @@ class CheckCrashed(BaseException):
 
 
 def forbidden_message(exercise: Exercise, dotted: str) -> str:
+    """What the student reads when their code calls a forbidden function."""
     return f"{exercise.name} must do this itself, not call {dotted}"
+
+
+def refusing_code(raise_expression: str) -> types.CodeType:
+    """The code of a function that raises `raise_expression` whatever it is called with.
+
+    Swapped into a forbidden Python function, it also refuses the aliases a notebook bound before the check
+    (`from torch.utils.checkpoint import checkpoint_sequential`), which replacing the module attribute misses.
+    It runs in the forbidden function's own globals, so the expression names nothing but builtins.
+    """
+    namespace: dict[str, Any] = {}
+    exec(compile(f"def refused(*args, **kwargs):\n    raise {raise_expression}\n", "<forbidden>", "exec"), namespace)
+    return namespace["refused"].__code__
+
+
+def swappable(fn: Any) -> bool:
+    """A plain Python function whose code can be replaced (no closure: its free variables must match)."""
+    return isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars
 
 
 @contextlib.contextmanager
@@ -56,7 +75,8 @@ def forbidding(exercise: Exercise) -> Iterator[None]:
     """Replace each of the exercise's forbidden functions with one that fails the check, then put them back."""
     import importlib
 
-    saved = []
+    saved: list[tuple[Any, str, Any, bool]] = []
+    codes: list[tuple[types.FunctionType, types.CodeType]] = []
     for dotted in exercise.forbid:
         owner_path, attr = dotted.rsplit(".", 1)
         owner: Any = importlib.import_module(owner_path.split(".")[0])
@@ -66,13 +86,23 @@ def forbidding(exercise: Exercise) -> Iterator[None]:
         def refuse(*args: Any, _dotted: str = dotted, **kwargs: Any) -> None:
             raise CheckFailure(forbidden_message(exercise, _dotted))
 
-        saved.append((owner, attr, getattr(owner, attr)))
+        original = getattr(owner, attr)
+        saved.append((owner, attr, original, attr in getattr(owner, "__dict__", {})))
         setattr(owner, attr, refuse)
+        if swappable(original) and all(f is not original for f, _ in codes):
+            message = forbidden_message(exercise, dotted)
+            codes.append((original, original.__code__))
+            original.__code__ = refusing_code(f"__import__('grader.expect', fromlist=['_']).CheckFailure({message!r})")
     try:
         yield
     finally:
-        for owner, attr, original in reversed(saved):
-            setattr(owner, attr, original)
+        for fn, code in reversed(codes):
+            fn.__code__ = code
+        for owner, attr, original, own in reversed(saved):
+            if own or not isinstance(owner, type):
+                setattr(owner, attr, original)
+            else:  # inherited (Tensor.__getitem__ comes from TensorBase): leave no copy on the subclass
+                delattr(owner, attr)
 
 
 def _forbid_during(obj: Any, exercise: Exercise) -> Any:

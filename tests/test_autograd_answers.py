@@ -321,6 +321,41 @@ def silu_builtin(x):
     return SiLUBuiltin.apply(x)
 
 
+class SiLUAliased(SiLUBuiltin):
+    @staticmethod
+    def forward(ctx, x):
+        from torch.nn.functional import silu as library_silu  # another name for F.silu: refused all the same
+        ctx.save_for_backward(x)
+        return library_silu(x)
+
+
+class SiLUModule(SiLUBuiltin):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.SiLU()(x)  # the module calls F.silu
+
+
+class SiLUCore(SiLUBuiltin):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch._C._nn.silu(x)  # what F.silu calls
+
+
+def _applies(cls):
+    def silu(x):
+        return cls.apply(x)
+    return silu
+
+
+def vjp_marks_the_callers_x(f, x, v):
+    """Right values, but the caller's x now requires grad (and would collect .grad from a later backward)."""
+    x.requires_grad_()
+    (g,) = torch.autograd.grad(f(x), x, grad_outputs=v)
+    return g.detach()
+
+
 def silu_functional(x):
     return F.silu(x)  # never uses the Function
 
@@ -534,6 +569,10 @@ WRONG = [
     ("silu", [SiLUNoDouble, silu_no_double]), ("silu", [SiLUAutogradInside, silu_autograd_inside]),
     ("silu", [SiLUCtxAttribute, silu_ctx_attribute]), ("silu", [SiLUOverflow, silu_overflow]),
     ("silu", [NotAFunction, silu_by_hand]),
+    # the library's SiLU inside SiLU.forward, under other names (autograd.silu forbids F.silu and torch._C._nn.silu)
+    ("silu", [SiLUAliased, _applies(SiLUAliased)]), ("silu", [SiLUModule, _applies(SiLUModule)]),
+    ("silu", [SiLUCore, _applies(SiLUCore)]),
+    ("vjp", [vjp_marks_the_callers_x]),
     ("accumulate_step", [accumulate_no_divide]), ("accumulate_step", [accumulate_step_each]),
     ("accumulate_step", [accumulate_stale]), ("accumulate_step", [accumulate_zero_inside]),
     ("accumulate_step", [accumulate_by_rows]), ("accumulate_step", [accumulate_concatenated]),
@@ -632,3 +671,19 @@ def test_classic_mistakes_are_named(wrong, hint):
     name, objs = next((n, o) for n, o in WRONG if o[-1] is wrong)
     r = run_exercise(f"autograd.{name}", *objs, hidden=True)
     assert any(hint in c.message for c in r.checks if not c.passed), [c.message for c in r.checks]
+
+
+@pytest.mark.parametrize("objs,check,words", [
+    ([SiLUAliased, _applies(SiLUAliased)], "forward_and_backward", "not call torch.nn.functional.silu"),
+    ([SiLUModule, _applies(SiLUModule)], "forward_and_backward", "not call torch.nn.functional.silu"),
+    ([SiLUCore, _applies(SiLUCore)], "forward_and_backward", "not call torch._C._nn.silu"),
+], ids=["aliased", "module", "core"])
+def test_the_library_silu_is_refused_under_any_name(objs, check, words):
+    failed = {c.name: c.message for c in run_exercise("autograd.silu", *objs).checks if not c.passed}
+    assert words in failed.get(check, ""), failed
+
+
+def test_a_vjp_that_marks_the_callers_x_fails_a_public_check():
+    """The task says to leave x without requires_grad: leaves_the_callers_x_alone says so before grading."""
+    failed = {c.name: c.message for c in run_exercise("autograd.vjp", vjp_marks_the_callers_x).checks if not c.passed}
+    assert "set requires_grad on the caller's x" in failed.get("leaves_the_callers_x_alone", ""), failed

@@ -22,6 +22,10 @@ CELLS = [
     "class Liar(torch.Tensor):\n    def __eq__(self, other): return True\n"
     "def liar(x): return x.as_subclass(Liar)\n"
     "def broadcast(a, b): return torch.broadcast_shapes(a, b)\n"
+    "from torch import broadcast_shapes as bs\n"
+    "def broadcast_alias(a, b): return bs(a, b)\n"
+    "def offset_by_indexing(x, index): return x[tuple(index)].storage_offset()\n"
+    "def offset(x, index): return x.storage_offset() + sum((i % n) * s for i, n, s in zip(index, x.shape, x.stride()))\n"
     "def hog(): return torch.empty(2**36)\n"
     "def spin():\n    while True: pass\n"
     "def die(): os._exit(1)\n"
@@ -107,6 +111,13 @@ def test_forbidden_functions_fail_the_check(bridge):
         remote(bridge, "broadcast")((2, 1), (1, 3))
 
 
+def test_a_forbidden_function_bound_under_another_name_fails_too(bridge):
+    with pytest.raises(CheckFailure, match="must do this itself, not call torch.broadcast_shapes"):
+        remote(bridge, "broadcast_alias")((2, 1), (1, 3))
+    # restored afterwards: the same alias works for an exercise that does not forbid it
+    assert tuple(remote(bridge, "broadcast_alias", "tensors.same_storage")((2, 1), (1, 3))) == (2, 3)
+
+
 def test_memory_blow_up_is_memory(bridge):
     with pytest.raises(CheckMemory):
         remote(bridge, "hog")()
@@ -139,3 +150,19 @@ def test_static_scan_follows_aliases_and_setattr():
                          "setattr(t, 'allclose', max)\nt.backends.cudnn.benchmark = True"], [1, 3, 5])
     assert found == ["cell 3 replaces torch.equal", "cell 3 replaces grader.expect.fail",
                      "cell 5 replaces torch.allclose"]
+
+
+def test_a_scenario_hands_the_student_an_object_made_in_the_kernel(bridge):
+    """element_offset's layout-only object is built kernel-side: indexing it fails there, the formula works."""
+    from grader.exercises import tensors
+    from grader.runner import run_check
+
+    ex = registry.get("tensors.element_offset")
+    check = next(c for c in ex.checks if c.name == "from_the_layout_alone")
+    bridge.deadline, bridge.limit = None, 3
+    shortcut = run_check(ex, check, (RemoteFunction(bridge, "offset_by_indexing", ex),), None)
+    assert shortcut.status == "failed" and "not subscriptable" in shortcut.message
+    formula = run_check(ex, check, (RemoteFunction(bridge, "offset", ex),), None)
+    # the formula without a bounds check: right positions, then no IndexError for (4, 0)
+    assert formula.status == "failed" and "should raise IndexError" in formula.message, formula.message
+    assert tensors.ELEMENT_OFFSET is ex

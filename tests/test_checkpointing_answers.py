@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint_sequential as library_checkpoint_sequential  # bound before any check
 
 from grader.runner import run_exercise
 
@@ -641,6 +642,13 @@ def _run(part):
     return f
 
 
+def checkpointed_by_the_library(blocks, x, segments):
+    """torch's checkpoint_sequential under another name: the forbid reaches it through its code."""
+    if not 1 <= segments <= len(blocks):
+        raise ValueError(f"segments={segments}")
+    return library_checkpoint_sequential(torch.nn.Sequential(*blocks), segments, x, use_reentrant=False)
+
+
 def checkpointed_plain(blocks, x, segments):
     for part in _segments(blocks, segments):
         x = _run(part)(x)
@@ -765,6 +773,7 @@ WRONG = [
     ("load_matching", [matching_state_dict_order]), ("load_matching", [matching_parameters_only]),
     ("load_matching", [matching_pops]),
     # checkpointed_forward
+    ("checkpointed_forward", [checkpointed_by_the_library]),
     ("checkpointed_forward", [checkpointed_plain]), ("checkpointed_forward", [checkpointed_last_plain]),
     ("checkpointed_forward", [checkpointed_last_takes_rest]), ("checkpointed_forward", [checkpointed_drops_remainder]),
     ("checkpointed_forward", [checkpointed_reentrant]), ("checkpointed_forward", [checkpointed_no_rng]),
@@ -996,3 +1005,9 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
         assert statuses == {"not_implemented"}, (name, statuses)
     kernel_bridge.probe()
     assert not kernel_bridge.tampered, kernel_bridge.tampered
+
+
+def test_checkpoint_sequential_is_refused_under_another_name():
+    r = run_exercise("checkpointing.checkpointed_forward", checkpointed_by_the_library)
+    failed = {c.name: c.message for c in r.checks if not c.passed}
+    assert "not call torch.utils.checkpoint.checkpoint_sequential" in failed.get("same_output_and_gradients", ""), failed

@@ -209,3 +209,41 @@ def test_a_destructor_that_hangs_ends_as_a_timeout():
     start = _time.monotonic()
     r = run_check(ex, check, (hangs_in_del,), timeout=0.5)
     assert r.status == "timeout" and _time.monotonic() - start < 5
+
+
+FORBIDS = registry.exercise("testing.forbids", points=1, needs=("f",),
+                            forbid=("torch.broadcast_shapes", "torch.Tensor.bfloat16"))
+
+
+@FORBIDS.check
+def runs_f(f):
+    """calls f"""
+    f()
+
+
+def test_forbidden_functions_are_refused_under_every_name_and_restored_after():
+    """Replacing torch.broadcast_shapes misses a name bound before the check; its swapped code catches that too."""
+    from torch import broadcast_shapes as alias  # what `from torch import broadcast_shapes` in a notebook binds
+
+    original_code = torch.broadcast_shapes.__code__
+    for f in (lambda: torch.broadcast_shapes((2,), (1,)), lambda: alias((2,), (1,)),
+              lambda: torch.ones(2).bfloat16()):
+        r = run_exercise("testing.forbids", f)
+        assert r.status == "failed" and "must do this itself, not call torch." in r.checks[0].message
+    assert torch.broadcast_shapes.__code__ is original_code and alias((2,), (1,)) == torch.Size([2])
+    assert "bfloat16" not in torch.Tensor.__dict__  # inherited from TensorBase: no copy left on the subclass
+    assert torch.ones(1).bfloat16().dtype == torch.bfloat16
+
+
+def test_every_forbidden_name_exists():
+    """A forbid entry that names nothing would make every call of that exercise fail in the grading kernel."""
+    import importlib
+
+    registry.load_hidden()
+    for ex in registry.all_exercises():
+        for dotted in ex.forbid:
+            owner_path, attr = dotted.rsplit(".", 1)
+            owner = importlib.import_module(owner_path.split(".")[0])
+            for part in owner_path.split(".")[1:]:
+                owner = getattr(owner, part)
+            assert hasattr(owner, attr), f"{ex.id} forbids {dotted}, which does not exist"

@@ -44,6 +44,18 @@ def element_offset_sum(x, index):
     return x.storage_offset() + sum(i * st for i, st in zip(norm, x.stride()))
 
 
+def element_offset_methods(x, index):
+    # x.ndim, x.size(d) and x.stride(d) instead of shape and stride()
+    if len(index) != x.ndim:
+        raise IndexError("need one index per dimension")
+    pos = x.storage_offset()
+    for d, i in enumerate(index):
+        if not -x.size(d) <= i < x.size(d):
+            raise IndexError(i)
+        pos += (i + x.size(d) if i < 0 else i) * x.stride(d)
+    return pos
+
+
 def broadcast_loop(a, b):
     out = []
     for i in range(1, max(len(a), len(b)) + 1):
@@ -104,6 +116,7 @@ def merge_reshape(x):
 CORRECT = [
     ("same_storage", same_storage_ptr), ("same_storage", same_storage_base),
     ("element_offset", element_offset_loop), ("element_offset", element_offset_sum),
+    ("element_offset", element_offset_methods),
     ("broadcast_shape", broadcast_loop), ("broadcast_shape", broadcast_zip),
     ("attention_scores", scores_einsum), ("attention_scores", scores_matmul), ("attention_scores", scores_torch_einsum),
     ("split_heads", split_rearrange), ("split_heads", split_view),
@@ -129,6 +142,31 @@ def _split_then_wipe(x, num_heads):
 def _scores_zeroing_inputs(q, k):
     q.zero_(), k.zero_()  # the reference, if computed after the call, would be zeros too
     return torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype)
+
+
+def _offset_by_indexing(x, index):
+    if len(index) != x.dim():
+        raise IndexError("one index per dimension")
+    return x[tuple(index)].storage_offset()  # right for every tensor, but reads the answer instead of computing it
+
+
+def _broadcast_by_meta_tensors(a, b):
+    try:
+        return tuple((torch.empty(a, device="meta") + torch.empty(b, device="meta")).shape)
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+
+
+def _broadcast_by_expanding(a, b):
+    try:
+        return tuple(torch.broadcast_tensors(torch.empty(()).expand(a), torch.empty(()).expand(b))[0].shape)
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+
+
+def _broadcast_by_an_alias(a, b):
+    from numpy import broadcast_shapes  # bound under another name: refused all the same
+    return tuple(int(s) for s in broadcast_shapes(a, b))
 
 
 class _AlwaysClose(torch.Tensor):
@@ -194,6 +232,19 @@ WRONG = [
     ("split_heads", _split_then_wipe),
     ("attention_scores", _scores_zeroing_inputs),
     ("attention_scores", lambda q, k: torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(_AlwaysClose)),
+    # shortcuts that read the answer off a library (issue 15). from_the_layout_alone hands element_offset an
+    # object with only shape, stride() and storage_offset(): nothing to index.
+    ("element_offset", _offset_by_indexing),
+    ("element_offset", lambda x, index: x.select(0, index[0]).storage_offset() + sum(
+        (i % s) * st for i, s, st in zip(index[1:], x.shape[1:], x.stride()[1:]))),
+    # the broadcast_shape forbid list names these: the check fails with "must do this itself, not call numpy..."
+    ("broadcast_shape", lambda a, b: __import__("numpy").broadcast_shapes(a, b)),
+    ("broadcast_shape", _broadcast_by_an_alias),
+    ("broadcast_shape", lambda a, b: __import__("numpy").broadcast(__import__("numpy").empty(a),
+                                                                    __import__("numpy").empty(b)).shape),
+    ("broadcast_shape", _broadcast_by_expanding),
+    # no name to forbid: sizes_no_array_could_have gives shapes of 2**40 x 2**40, 2**70 and 70 dimensions
+    ("broadcast_shape", _broadcast_by_meta_tensors),
 ]
 
 
@@ -216,3 +267,21 @@ def test_public_checks_catch_the_classic_mistakes():
     for name, fn in [WRONG[0], WRONG[4], WRONG[5], WRONG[8], WRONG[11], WRONG[15], WRONG[17]]:
         r = run_exercise(f"tensors.{name}", fn)
         assert r.status != "passed", name
+
+
+SHORTCUTS = [  # (exercise, answer, the public check that catches it, words of its message)
+    ("element_offset", _offset_by_indexing, "from_the_layout_alone", "not subscriptable"),
+    ("broadcast_shape", lambda a, b: __import__("numpy").broadcast_shapes(a, b), "same_rank",
+     "not call numpy.broadcast_shapes"),
+    ("broadcast_shape", _broadcast_by_an_alias, "same_rank", "not call numpy.broadcast_shapes"),
+    ("broadcast_shape", _broadcast_by_expanding, "same_rank", "not call torch.broadcast_tensors"),
+    ("broadcast_shape", _broadcast_by_meta_tensors, "sizes_no_array_could_have", "needs no tensor or array"),
+]
+
+
+@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[2]}-{i}" for i, s in enumerate(SHORTCUTS)])
+def test_public_checks_name_the_shortcut(name, fn, check, words):
+    """A shortcut fails a public check, whose message says what was wrong, before any grading."""
+    r = run_exercise(f"tensors.{name}", fn)
+    failed = {c.name: c.message for c in r.checks if not c.passed}
+    assert check in failed and words in failed[check], failed

@@ -212,6 +212,14 @@ class Forbidden(Exception):
     pass
 
 
+def _refusing_code(dotted):
+    """Code that raises Forbidden(dotted) from any function it is swapped into (it runs in that function's globals)."""
+    ns = {}
+    exec(compile(f"def refused(*args, **kwargs):\n    raise __import__({MODULE!r}).Forbidden({dotted!r})\n",
+                 "<forbidden>", "exec"), ns)
+    return ns["refused"].__code__
+
+
 def _student_frames(tb, limit=3):
     lines = []
     for fs in traceback.extract_tb(tb):
@@ -255,15 +263,20 @@ def _run(request, fn, args, kwargs, collect=False):
     With `collect`, the objects the call made (in reference cycles too) die before it returns, so a
     misbehaving `__del__` runs inside this call's time and is charged to this check."""
     token = request["token"]
-    saved = []
+    saved, codes = [], []
     for dotted in request["forbid"]:
         owner_path, attr = dotted.rsplit(".", 1)
         owner = _resolve(owner_path)
 
         def refuse(*a, _dotted=dotted, **k):
             raise Forbidden(_dotted)
-        saved.append((owner, attr, getattr(owner, attr)))
+        original = getattr(owner, attr)
+        saved.append((owner, attr, original, attr in getattr(owner, "__dict__", {})))
         setattr(owner, attr, refuse)
+        if (isinstance(original, types.FunctionType) and not original.__code__.co_freevars
+                and all(f is not original for f, _ in codes)):  # aliases bound before the call refuse too
+            codes.append((original, original.__code__))
+            original.__code__ = _refusing_code(dotted)
     opaque, storages = {}, {}
     try:
         with torch.random.fork_rng(devices=[]):
@@ -276,8 +289,13 @@ def _run(request, fn, args, kwargs, collect=False):
     except BaseException as e:  # the student's exception is data for the grader, whatever it is
         reply = {"ok": False, "error": _error(e)}
     finally:
-        for owner, attr, original in reversed(saved):
-            setattr(owner, attr, original)
+        for fn, code in reversed(codes):
+            fn.__code__ = code
+        for owner, attr, original, own in reversed(saved):
+            if own or not isinstance(owner, type):
+                setattr(owner, attr, original)
+            else:  # inherited (Tensor.bfloat16 comes from TensorBase): leave no copy on the subclass
+                delattr(owner, attr)
     reply["args"] = [pack(a, token, storages) if type(a) in (torch.Tensor, torch.nn.Parameter) else None
                      for a in args]
     reply["opaque"], reply["storages"] = opaque, storage_list(storages)

@@ -37,7 +37,7 @@ LINEAR_LOSS_GRAD = exercise("autograd.linear_loss_grad", points=2,
 VJP = exercise("autograd.vjp", points=2, forbid=FUNCTIONAL)
 JACOBIAN = exercise("autograd.jacobian", points=2, forbid=FUNCTIONAL)
 GRADIENT_NORM_PENALTY = exercise("autograd.gradient_norm_penalty", points=2)
-SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"), forbid=("torch.nn.functional.silu",))
+SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"), forbid=("torch.nn.functional.silu", "torch._C._nn.silu"))
 ACCUMULATE_STEP = exercise("autograd.accumulate_step", points=3)
 
 
@@ -90,11 +90,29 @@ def expect_one_backward(out: dict, how: str) -> None:
                                      "vector-Jacobian product is one plain backward pass with v as the output gradient")
 
 
+def expect_no_trace(out: dict, how: str) -> None:
+    """What vjp leaves behind: a result without a graph, and the caller's x as it was."""
+    expect(not out["vjp"].requires_grad, f"vjp(f, x, v) for {how} returned a tensor that still requires grad (it "
+                                         "carries a graph); detach it")
+    expect(out["x_grad"] is None, f"vjp(f, x, v) for {how} left a gradient in x.grad; work on a detached copy of x")
+    expect(not out["x_requires_grad"], f"vjp(f, x, v) for {how} set requires_grad on the caller's x; work on a "
+                                       "detached copy (x.detach().requires_grad_())")
+    expect(out["x_unchanged"], f"vjp(f, x, v) for {how} changed x")
+
+
 @VJP.check
 def elementwise_square(vjp):
     """f(x) = x ** 2: v^T J is 2 * x * v"""
     x, v = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
     expect_vjp(vjp, "square", x, v, "f(x) = x ** 2, x of shape (5,)")
+
+
+@VJP.check
+def leaves_the_callers_x_alone(vjp):
+    """the caller's x keeps no .grad and does not start requiring grad; the result carries no graph"""
+    how = "f(x) = x ** 2, x of shape (3,)"
+    expect_no_trace(expect_vjp(vjp, "square", torch.randn(3, dtype=torch.float64),
+                               torch.randn(3, dtype=torch.float64), how), how)
 
 
 @VJP.check

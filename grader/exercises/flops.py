@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.expect import describe, expect, expect_equal, fail
+from grader.expect import describe, expect, expect_equal, factor_hint, fail
 from grader.registry import exercise
 
 _Counter = FlopCounterMode  # torch's own FLOP counter: the oracle for matmul_flops and mlp_flops
@@ -64,7 +64,8 @@ def expect_matmul(matmul_flops, m: int, k: int, n: int, want: int) -> None:
     what = f"matmul_flops({m}, {k}, {n})"
     got = expect_int(matmul_flops(m, k, n), what)
     expect(got == want, f"{what} returned {got}; an ({m}, {k}) @ ({k}, {n}) matmul takes {want} FLOPs "
-                        "(a multiply and an add for each of the k terms of each of the m * n outputs)")
+                        "(a multiply and an add for each of the k terms of each of the m * n outputs)"
+                        + factor_hint(got, want))
 
 
 @MATMUL_FLOPS.check
@@ -118,10 +119,12 @@ def expect_mlp(mlp_flops, batch: int, dims: list[int], want: dict[str, int] | No
         hint = ""
         if batch > 1 and values["forward"] * batch == want["forward"]:
             hint = " (that is for one row of the batch: every row goes through every layer)"
+        hint = hint or factor_hint(values["forward"], want["forward"])
         fail(f"{what}['forward'] is {values['forward']}; FlopCounterMode counts {want['forward']}{hint}")
     if values["backward"] != want["backward"]:
         fail(f"{what}['backward'] is {values['backward']}; FlopCounterMode counts {want['backward']}"
-             + _backward_hint(values["backward"], want, batch, dims))
+             + (_backward_hint(values["backward"], want, batch, dims)
+                or factor_hint(values["backward"], want["backward"])))
     expect(values["total"] == values["forward"] + values["backward"],
            f"{what}['total'] is {values['total']}; it should be forward + backward")
 
@@ -151,6 +154,7 @@ def expect_mfu(mfu, flops: float, seconds: float, peak: float, want: float) -> N
         hint = " (upside down: MFU is achieved FLOP/s divided by the peak, never the other way)"
     elif close(got, 100 * want, 1e-6):
         hint = " (a percentage: return the fraction, 0.5 rather than 50)"
+    hint = hint or factor_hint(got, want)
     fail(f"{what} returned {got:g}; achieved FLOP/s over peak FLOP/s is {want:g}{hint}")
 
 
@@ -186,7 +190,8 @@ def expect_days(training_days, n: float, d: float, gpus: int, peak: float, mfu: 
     what = f"training_days({n:g}, {d:g}, {gpus}, {peak:g}, {mfu:g})"
     got = expect_number(training_days(n, d, gpus, peak, mfu), what)
     if not close(got, want, 1e-6):
-        fail(f"{what} returned {got:.5g}; the run takes {want:.5g} days{_days_hint(got, want, gpus, mfu)}")
+        fail(f"{what} returned {got:.5g}; the run takes {want:.5g} days"
+             + (_days_hint(got, want, gpus, mfu) or factor_hint(got, want)))
 
 
 @TRAINING_DAYS.check
@@ -214,6 +219,7 @@ def expect_intensity(arithmetic_intensity, flops: float, nbytes: float, want: fl
     got = expect_number(arithmetic_intensity(flops, nbytes), what)
     if not close(got, want):
         hint = " (upside down: FLOPs per byte, not bytes per FLOP)" if got and close(1 / got, want, 1e-6) else ""
+        hint = hint or factor_hint(got, want)
         fail(f"{what} returned {got:g}; expected {want:g} FLOPs per byte{hint}")
 
 
@@ -242,6 +248,7 @@ def expect_roofline(roofline, intensity: float, peak: float, bandwidth: float, w
                     "intensity x bandwidth: take the smaller of the two limits)")
         elif close(want, peak) and got < peak:
             hint = f" (past the ridge point, {peak / bandwidth:g} FLOP/byte, the work is compute-bound: it runs at the peak)"
+        hint = hint or factor_hint(got, want)
         fail(f"{what} returned {got:g}; the attainable FLOP/s is {want:g}{hint}")
 
 

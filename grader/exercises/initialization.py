@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from grader.expect import call, describe, expect, expect_raises, fail
+from grader.expect import call, describe, expect, expect_raises, factor_hint, fail
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import initialization as scenarios
@@ -48,7 +48,7 @@ def expect_python_float(value, what: str) -> float:
 
 def expect_close(got: float, want: float, what: str, rel: float = 1e-9) -> None:
     if not math.isclose(got, want, rel_tol=rel, abs_tol=0.0):
-        fail(f"{what} returned {got!r}, expected {want!r}")
+        fail(f"{what} returned {got!r}, expected {want!r}{factor_hint(got, want)}")
 
 
 # ---------------------------------------------------------------- default_linear_bound

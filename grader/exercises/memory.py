@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_tensor_like,
-                           expect_type, fail)
+                           expect_type, factor_hint, fail)
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import memory as scenarios
@@ -31,7 +31,8 @@ def expect_usage(get_memory_usage, x: torch.Tensor, want: int, how: str) -> None
     what = f"get_memory_usage({how})"
     got = call(get_memory_usage, x, what=what)
     expect_type(got, int, what)
-    expect(got == want, f"{what} returned {got}; its {x.numel()} elements of {str(x.dtype)[6:]} take {want} bytes")
+    expect(got == want, f"{what} returned {got}; its {x.numel()} elements of {str(x.dtype)[6:]} take {want} bytes"
+                        + factor_hint(got, want))
 
 
 @GET_MEMORY_USAGE.check
@@ -61,7 +62,7 @@ def expect_nbytes(tensor_nbytes, shape, dtype: torch.dtype, want: int) -> None:
     what = f"tensor_nbytes({shape!r}, {dtype})"
     got = tensor_nbytes(shape, dtype)
     expect_type(got, int, what)
-    expect(got == want, f"{what} returned {got}; expected {want}")
+    expect(got == want, f"{what} returned {got}; expected {want}{factor_hint(got, want)}")
 
 
 @TENSOR_NBYTES.check
@@ -111,7 +112,7 @@ def expect_training(training_memory, num_params: int, num_activations: int, opti
         expect_type(got[key], int, f"{what}[{key!r}]")
         if got[key] != want[key]:
             fail(f"{what}[{key!r}] is {got[key]}; expected {want[key]} ({size} bytes per value, "
-                 f"{STATES[optimizer]} optimizer state(s) per parameter)")
+                 f"{STATES[optimizer]} optimizer state(s) per parameter){factor_hint(got[key], want[key])}")
 
 
 @TRAINING_MEMORY.check
@@ -145,7 +146,7 @@ def expect_max(max_params, memory_bytes, bytes_per_param, want: int) -> None:
     what = f"max_params({memory_bytes!r}, {bytes_per_param!r})"
     got = max_params(memory_bytes, bytes_per_param)
     expect_type(got, int, what)
-    expect(got == want, f"{what} returned {got}; expected {want}")
+    expect(got == want, f"{what} returned {got}; expected {want}{factor_hint(got, want)}")
 
 
 @MAX_PARAMS.check

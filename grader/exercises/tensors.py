@@ -3,16 +3,23 @@ from __future__ import annotations
 
 import torch
 
-from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_tensor_like,
-                           expect_type, fail)
+from grader.expect import (CheckFailure, call, describe, expect, expect_equal, expect_raises, expect_tensor,
+                           expect_tensor_like, expect_type, fail)
 from grader.registry import exercise
+from grader.scenario import run_scenario
+from grader.scenarios import tensors as scenarios
 
 _broadcast_shapes = torch.broadcast_shapes  # the references, bound before any student code runs
 _matmul = torch.matmul
 
 SAME_STORAGE = exercise("tensors.same_storage", points=2)
 ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
-BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2, forbid=("torch.broadcast_shapes",))
+# Library routes to the broadcast shape; any other (arrays, meta tensors) fails on shapes no array can have.
+BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2,
+                           forbid=("torch.broadcast_shapes", "torch.functional.broadcast_shapes",
+                                   "torch.broadcast_tensors", "torch.broadcast_to", "torch._C._infer_size",
+                                   "numpy.broadcast_shapes", "numpy.broadcast", "numpy.broadcast_arrays",
+                                   "numpy.broadcast_to"))
 ATTENTION_SCORES = exercise("tensors.attention_scores", points=2)
 SPLIT_HEADS = exercise("tensors.split_heads", points=2)
 MERGE_HEADS = exercise("tensors.merge_heads", points=1)
@@ -114,6 +121,33 @@ def negative_index(element_offset):
     expect_offset(element_offset, x, (-1, -2), "x = arange(24).view(4, 6)[1:]")
 
 
+def expect_offset_from_layout(element_offset, shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
+                              index: tuple[int, ...]) -> None:
+    """element_offset on an object with only x's shape, stride() and storage_offset(): the formula, no indexing."""
+    x = numbered(offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1).as_strided(shape, stride, offset)
+    how = (f"element_offset(x, {index}) for an x that has only shape {shape}, stride() {stride} "
+           f"and storage_offset() {offset}")
+    out = run_scenario(scenarios.offset_from_layout, element_offset, shape, stride, offset, index)
+    if not all(-s <= i < s for i, s in zip(index, shape)):
+        expect(out["index_error"], f"{how} should raise IndexError, but "
+                                   + (f"raised {out['error']}" if out["error"] else f"returned {out['value']!r}"))
+        return
+    if out["error"]:
+        fail(f"{how} raised {out['error']}: {out['message']}. Compute the position from storage_offset(), stride() "
+             "and shape alone: indexing x (x[index].storage_offset()) or reading its elements is not the exercise")
+    expect_type(out["value"], int, how)
+    expect_equal(out["value"], int(x[index].item()), how)
+
+
+@ELEMENT_OFFSET.check
+def from_the_layout_alone(element_offset):
+    """computed from storage_offset(), stride() and shape alone: x need not be a tensor you can index"""
+    expect_offset_from_layout(element_offset, (4, 6), (1, 4), 3, (2, 5))     # transposed, past the start
+    expect_offset_from_layout(element_offset, (3, 5), (2, 0), 1, (-1, 4))    # expanded, negative index
+    expect_offset_from_layout(element_offset, (2, 3, 4), (24, 2, 6), 5, (1, 2, 3))
+    expect_offset_from_layout(element_offset, (4, 6), (1, 4), 3, (4, 0))     # out of range
+
+
 @ELEMENT_OFFSET.check
 def out_of_range(element_offset):
     """an index outside the shape raises IndexError"""
@@ -143,6 +177,23 @@ def aligned_from_the_right(broadcast_shape):
     """shapes of different ranks are aligned from the right (trailing dimensions)"""
     for a, b in [((4,), (3, 4)), ((5, 3, 1), (3, 6)), ((), (2, 3)), ((8, 1, 6, 1), (7, 1, 5))]:
         expect_broadcast(broadcast_shape, a, b)
+
+
+@BROADCAST_SHAPE.check
+def sizes_no_array_could_have(broadcast_shape):
+    """the rule is arithmetic on the sizes: shapes too big (or of too many dimensions) for any array still broadcast"""
+    for how, a, b in [("(2**40, 1), (1, 2**40)", (2**40, 1), (1, 2**40)), ("(2**70,), (1,)", (2**70,), (1,)),
+                      ("(1,) * 70, (3,) * 70", (1,) * 70, (3,) * 70)]:
+        try:
+            got = broadcast_shape(a, b)
+        except (NotImplementedError, CheckFailure):
+            raise
+        except Exception as e:
+            fail(f"broadcast_shape({how}) raised {type(e).__name__}: {str(e).strip()[:120]}. Shapes are "
+                 "tuples of Python ints and broadcasting them needs no tensor or array (which cannot have these "
+                 "sizes): apply the rule to the sizes yourself")
+        expect_type(got, tuple, f"broadcast_shape({how})")
+        expect(tuple(got) == tuple(_broadcast_shapes(a, b)), f"broadcast_shape({how}) returned a wrong shape")
 
 
 @BROADCAST_SHAPE.check

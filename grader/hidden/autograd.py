@@ -5,7 +5,7 @@ import torch
 
 from grader.exercises.autograd import (ACCUMULATE_STEP, GRADIENT_NORM_PENALTY, JACOBIAN, LINEAR_LOSS_GRAD, SILU, VJP,
                                        batches, expect_accumulate, expect_jacobian, expect_linear_grad,
-                                       expect_one_backward, expect_penalty, expect_silu, expect_vjp)
+                                       expect_no_trace, expect_one_backward, expect_penalty, expect_silu, expect_vjp)
 from grader.expect import expect
 from grader.inputs import layouts, randint
 
@@ -34,12 +34,7 @@ def one_backward_pass_wide(vjp):
 def leaves_no_trace(vjp):
     """the result carries no graph, x keeps no .grad and does not start requiring grad"""
     x, v = torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
-    out = expect_vjp(vjp, "cumsum_tanh", x, v, "f: (3, 4) -> (3, 4)")
-    expect(not out["vjp"].requires_grad, "vjp(f, x, v) returned a tensor that still requires grad (it carries a "
-                                         "graph); detach it")
-    expect(out["x_grad"] is None, "vjp(f, x, v) left a gradient in x.grad; work on a detached copy of x")
-    expect(not out["x_requires_grad"], "vjp(f, x, v) set requires_grad on the caller's x; work on a detached copy")
-    expect(out["x_unchanged"], "vjp(f, x, v) changed x")
+    expect_no_trace(expect_vjp(vjp, "cumsum_tanh", x, v, "f: (3, 4) -> (3, 4)"), "f: (3, 4) -> (3, 4)")
 
 
 @VJP.hidden
