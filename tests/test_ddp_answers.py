@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,8 @@ import torch.distributed as dist
 
 from grader import distributed
 from grader.runner import run_exercise
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- correct, written differently
@@ -94,12 +98,70 @@ WORKERS = textwrap.dedent('''
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DistributedSampler
     from grader.distributed import toy_batch, toy_model
 
 
-    def manual(rank, world_size, steps, lr, seed):
-        """Strided rows, gradients averaged by hand."""
+    def join(rank, world_size):
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60))
+
+
+    def block(rank, world_size, n=16):
+        rows = n // world_size
+        return slice(rank * rows, (rank + 1) * rows)
+
+
+    def train(rank, world_size, steps, lr, seed, rows, average=None, model_seed=None, zero=True, wrap=False):
+        """SGD on toy_model: rows(step, x) picks this rank's rows, average(model) runs between backward and step."""
+        model = toy_model(seed if model_seed is None else model_seed)
+        net = DistributedDataParallel(model) if wrap else model
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            mine = rows(step, x)
+            if zero:
+                opt.zero_grad()
+            F.mse_loss(net(x[mine]), y[mine]).backward()
+            if average is not None:
+                average(model)
+            opt.step()
+        return model.state_dict()
+
+
+    def sum_then_divide(model):
+        for p in model.parameters():
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad /= dist.get_world_size()
+
+
+    def sum_only(model):
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+
+
+    def bucketed(model):
+        grads = [p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+    # ------------------------------------------------ correct, written differently
+
+    def ddp(rank, world_size, steps, lr, seed):
+        """As the solution: DistributedDataParallel, blocks of rows, the state_dict itself returned."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size), wrap=True)
+
+
+    def manual(rank, world_size, steps, lr, seed):
+        """Strided rows, gradients all-reduced by hand, SGD written out (no optimizer)."""
+        join(rank, world_size)
         model = toy_model(seed)
         for step in range(steps):
             x, y = toy_batch(seed, step)
@@ -112,32 +174,114 @@ WORKERS = textwrap.dedent('''
         return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-    def unaveraged(rank, world_size, steps, lr, seed):
-        """Each rank trains on its own rows and never talks to the others."""
+    def bucket_sampler(rank, world_size, steps, lr, seed):
+        """Rows from a shuffled DistributedSampler (a new permutation each step), one bucket all-reduced."""
+        join(rank, world_size)
+
+        def rows(step, x):
+            sampler = DistributedSampler(range(len(x)), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+            sampler.set_epoch(step)
+            return list(sampler)
+        return train(rank, world_size, steps, lr, seed, rows, average=bucketed)
+
+
+    def weights_averaged(rank, world_size, steps, lr, seed):
+        """Each rank steps on its own gradient, then the ranks average the weights: for plain SGD the same update."""
+        join(rank, world_size)
         model = toy_model(seed)
         opt = torch.optim.SGD(model.parameters(), lr=lr)
         for step in range(steps):
             x, y = toy_batch(seed, step)
-            rows = x.shape[0] // world_size
             opt.zero_grad()
-            F.mse_loss(model(x[rank * rows:(rank + 1) * rows]), y[rank * rows:(rank + 1) * rows]).backward()
+            F.mse_loss(model(x[block(rank, world_size)]), y[block(rank, world_size)]).backward()
             opt.step()
+            with torch.no_grad():
+                for p in model.parameters():
+                    dist.all_reduce(p)
+                    p /= world_size
         return model.state_dict()
+
+
+    # ------------------------------------------------ plausible but wrong
+
+    def full_batch_ddp(rank, world_size, steps, lr, seed):
+        """DistributedDataParallel, but every rank trains on the whole batch."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: slice(None), wrap=True)
+
+
+    def full_batch_averaged(rank, world_size, steps, lr, seed):
+        """Gradients averaged by hand, but every rank trains on the whole batch."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: slice(None), average=sum_then_divide)
+
+
+    def full_batch_alone(rank, world_size, steps, lr, seed):
+        """No process group at all: every rank trains alone on the whole batch."""
+        return train(rank, world_size, steps, lr, seed, lambda step, x: slice(None))
+
+
+    def own_rows_alone(rank, world_size, steps, lr, seed):
+        """Each rank trains on its own rows and never talks to the others."""
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size))
+
+
+    def own_rows_unaveraged(rank, world_size, steps, lr, seed):
+        """Joins the group, shards the rows, but never all-reduces."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size))
 
 
     def summed(rank, world_size, steps, lr, seed):
-        """All-reduces the gradients but forgets to divide."""
-        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60))
-        model = toy_model(seed)
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        for step in range(steps):
-            x, y = toy_batch(seed, step)
-            opt.zero_grad()
-            F.mse_loss(model(x[rank::world_size]), y[rank::world_size]).backward()
-            for p in model.parameters():
-                dist.all_reduce(p.grad)
-            opt.step()
-        return model.state_dict()
+        """All-reduces the gradients with SUM but forgets to divide."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: slice(rank, None, world_size),
+                     average=sum_only)
+
+
+    def overlapping(rank, world_size, steps, lr, seed):
+        """DistributedDataParallel on windows of 1.5 x 16 / n rows that overlap their neighbours'."""
+        join(rank, world_size)
+        rows = 16 // world_size
+        mine = [(rank * rows + i) % 16 for i in range(rows + rows // 2)]
+        return train(rank, world_size, steps, lr, seed, lambda step, x: mine, wrap=True)
+
+
+    def same_rows(rank, world_size, steps, lr, seed):
+        """DistributedDataParallel, every rank on the first 16 / n rows."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(0, world_size), wrap=True)
+
+
+    def unequal(rank, world_size, steps, lr, seed):
+        """Disjoint rows that cover the batch, but 10 and 6 of them: the average is not the full batch's."""
+        join(rank, world_size)
+        cut = [0, 10, 16] if world_size == 2 else list(range(0, 17, 16 // world_size))
+        return train(rank, world_size, steps, lr, seed, lambda step, x: slice(cut[rank], cut[rank + 1]), wrap=True)
+
+
+    def synced_at_end(rank, world_size, steps, lr, seed):
+        """Each rank trains alone on its rows; the weights are averaged once, at the end."""
+        join(rank, world_size)
+        state = train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size))
+        for v in state.values():
+            dist.all_reduce(v)
+            v /= world_size
+        return state
+
+
+    def seeded_per_rank(rank, world_size, steps, lr, seed):
+        """Gradients averaged by hand, but each rank builds its model from its own seed."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size),
+                     average=sum_then_divide, model_seed=seed + rank)
+
+
+    def never_zeroed(rank, world_size, steps, lr, seed):
+        """DistributedDataParallel without zero_grad: each step adds the earlier steps' gradients."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size), wrap=True,
+                     zero=False)
 
 
     def stub(rank, world_size, steps, lr, seed):
@@ -145,18 +289,27 @@ WORKERS = textwrap.dedent('''
 ''')
 
 
+def solution_worker() -> str:
+    """The worker of solutions/10_ddp.ipynb, as its %%writefile cell writes it."""
+    cells = json.loads((ROOT / "solutions" / "10_ddp.ipynb").read_text(encoding="utf-8"))["cells"]
+    source = next("".join(c["source"]) for c in cells
+                  if c["cell_type"] == "code" and "".join(c["source"]).startswith("%%writefile ddp_worker.py"))
+    return source.split("\n", 1)[1]
+
+
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
     folder = tmp_path_factory.mktemp("workers")
     (folder / "answer_workers.py").write_text(WORKERS)
+    (folder / "solution_worker.py").write_text(solution_worker())
     sys.path.insert(0, str(folder))  # spawned ranks inherit sys.path
-    yield "answer_workers"
+    yield folder
     sys.path.remove(str(folder))
 
 
-def ddp_with(worker: str):
+def ddp_with(worker: str, module: str = "answer_workers"):
     def ddp_train(world_size=2, steps=5, lr=0.1, seed=0):
-        return distributed.launch(f"answer_workers:{worker}", world_size, (steps, lr, seed), timeout=60)[0]
+        return distributed.launch(f"{module}:{worker}", world_size, (steps, lr, seed), timeout=60)[0]
     ddp_train.__name__ = f"ddp_train_{worker}"
     return ddp_train
 
@@ -175,11 +328,6 @@ def test_correct_answers_pass_every_check(name, fn):
     r = run_exercise(f"ddp.{name}", fn, hidden=True)
     failing = [(c.name, c.message) for c in r.checks if not c.passed]
     assert r.status == "passed" and not failing, failing
-
-
-def test_a_manual_data_parallel_worker_passes(workers):
-    r = run_exercise("ddp.ddp_train", ddp_with("manual"), hidden=True)
-    assert r.status == "passed", [(c.name, c.message) for c in r.checks]
 
 
 # ---------------------------------------------------------------- plausible but wrong
@@ -319,12 +467,113 @@ def test_public_checks_catch_the_classic_mistakes():
         assert run_exercise(f"ddp.{name}", fn).status != "passed", name
 
 
-@pytest.mark.parametrize("worker", ["unaveraged", "summed"])
-def test_training_runs_that_do_not_average_fail(workers, worker):
+# ---------------------------------------------------------------- ddp_train, in real processes
+#
+# The exercise asks rank r of n for "its own 16 / n rows" of each step's batch and gradients averaged over the
+# ranks (DistributedDataParallel or by hand). So any split into disjoint equal shards that cover the batch is
+# correct, and so is any way of averaging; each run is judged from what the ranks' models recorded.
+
+CORRECT_WORKERS = [
+    ("solution_worker", "train_worker"),  # solutions/10_ddp.ipynb: DDP, blocks of rows
+    ("answer_workers", "ddp"),            # DDP, the state_dict returned as is
+    ("answer_workers", "manual"),         # strided rows, all_reduce by hand, SGD written out
+    ("answer_workers", "bucket_sampler"),  # a shuffled DistributedSampler's rows, one flat bucket all-reduced
+    ("answer_workers", "weights_averaged"),  # weights averaged after each plain SGD step: the same update
+]
+
+
+@pytest.mark.parametrize("module,worker", CORRECT_WORKERS, ids=[w for _, w in CORRECT_WORKERS])
+def test_correct_training_runs_pass_every_check(workers, module, worker):
+    r = run_exercise("ddp.ddp_train", ddp_with(worker, module), hidden=True)
+    assert r.status == "passed", [(c.name, c.message) for c in r.checks if not c.passed]
+
+
+SHARDING, AVERAGING, SAME = "each_rank_its_own_rows", "gradients_averaged_before_each_step", "two_processes_equal_one"
+
+# worker: {public check that must fail: words its message must hold}. A check not named may pass or fail.
+WRONG_WORKERS = {
+    "full_batch_ddp": {SHARDING: ("all 16 rows", "not sharded"), AVERAGING: ("shard the batch first",)},
+    "full_batch_averaged": {SHARDING: ("all 16 rows", "not sharded"), AVERAGING: ("shard the batch first",)},
+    "full_batch_alone": {SHARDING: ("all 16 rows", "not sharded"),
+                         AVERAGING: ("without a process group", "never averaged")},
+    "own_rows_alone": {AVERAGING: ("without a process group", "never averaged"), SAME: ("full batch",)},
+    "own_rows_unaveraged": {AVERAGING: ("not averaged", "its own 8 rows"), SAME: ("full batch",)},
+    "summed": {AVERAGING: ("summed over the 2 ranks, not averaged", "2x"), SAME: ("full batch",)},
+    "overlapping": {SHARDING: ("overlap", "disjoint"), AVERAGING: ("shard the batch first",)},
+    "same_rows": {SHARDING: ("overlap", "disjoint")},
+    "unequal": {SHARDING: ("received 10 rows", "equal shard"), SAME: ("full batch",)},
+    "synced_at_end": {AVERAGING: ("not averaged", "its own 8 rows")},
+    "seeded_per_rank": {AVERAGING: ("rank 1 began training with weights other than toy_model(seed)'s",
+                                    "same seed on every rank"), SAME: ("full batch",)},
+    "never_zeroed": {AVERAGING: ("zero the gradients",), SAME: ("full batch",)},
+}
+
+
+@pytest.mark.parametrize("worker", list(WRONG_WORKERS))
+def test_wrong_training_runs_fail_saying_what_is_missing(workers, worker):
+    """The public checks (one shared launch) catch each, and the failing check's message names the mistake."""
     r = run_exercise("ddp.ddp_train", ddp_with(worker))
-    assert r.status == "failed", [(c.name, c.message) for c in r.checks]
+    assert r.status == "failed", [(c.name, c.status, c.message) for c in r.checks]
+    messages = {c.name: c.message for c in r.checks if not c.passed}
+    for check, words in WRONG_WORKERS[worker].items():
+        assert check in messages, (check, messages)
+        assert all(w in messages[check] for w in words), (words, messages[check])
+        assert "Traceback" not in messages[check] and len(messages[check]) < 600, messages[check]
+
+
+def test_a_full_batch_run_matches_one_process_but_scores_little(workers):
+    """The final state alone, which every full-batch worker reproduces, is no longer enough: of 5 checks only that
+    one passes, and the world of 1 process (whose one shard is the whole batch, with nobody to average with)."""
+    r = run_exercise("ddp.ddp_train", ddp_with("full_batch_alone"), hidden=True)
+    passed = [c.name for c in r.checks if c.passed]
+    assert passed == [SAME, "one_process"] and r.score == round(r.points * 2 / 5, 2), (passed, r.score)
+
+
+def test_the_public_checks_share_one_launch(workers, monkeypatch):
+    """Three public checks, one launch: a student waits for one run of the processes, not three."""
+    launches = []
+    real = distributed.launch
+    monkeypatch.setattr(distributed, "launch", lambda *a, **k: launches.append(a) or real(*a, **k))
+    r = run_exercise("ddp.ddp_train", ddp_with("ddp"))
+    assert r.status == "passed" and len(launches) == 1, (launches, [(c.name, c.message) for c in r.checks])
+    r = run_exercise("ddp.ddp_train", ddp_with("ddp"))  # checked again (the worker file may have changed): anew
+    assert r.status == "passed" and len(launches) == 2
 
 
 def test_a_stub_worker_is_not_implemented(workers):
     r = run_exercise("ddp.ddp_train", ddp_with("stub"))
     assert r.status == "not_implemented"
+    assert {c.status for c in r.checks} == {"not_implemented"}
+
+
+def test_summing_without_dividing_is_named_the_sum():
+    """average_gradients that all-reduces but does not divide: the message says the gradient is n x the
+    average, i.e. the sum; one that divides by a constant 2 gets its factor with 3 ranks."""
+    r = run_exercise("ddp.average_gradients", average_sum_only)
+    messages = {c.name: c.message for c in r.checks if not c.passed}
+    assert "is 2x the average over the 2 ranks, i.e. their sum" in messages["two_ranks_average"], messages
+    assert "is 3x the average over the 3 ranks, i.e. their sum" in messages["world_size_from_the_group"], messages
+    r = run_exercise("ddp.average_gradients", average_by_two)
+    messages = {c.name: c.message for c in r.checks if not c.passed}
+    assert list(messages) == ["world_size_from_the_group"], messages
+    assert "is 1.5x the average over the 3 ranks" in messages["world_size_from_the_group"], messages
+
+
+def test_toy_model_records_its_training_forwards_only_when_asked(tmp_path, monkeypatch):
+    """Outside a ddp_train check toy_model is a plain model; inside, each forward with gradients on is recorded
+    (a forward under no_grad is evaluation, not a training step)."""
+    from grader.ddp_record import RECORD_ENV
+
+    monkeypatch.delenv(RECORD_ENV, raising=False)
+    assert not distributed.toy_model(0)._forward_pre_hooks
+    monkeypatch.setenv(RECORD_ENV, str(tmp_path))
+    monkeypatch.delenv("RANK", raising=False)
+    model, x = distributed.toy_model(0), torch.randn(4, 8)
+    with torch.no_grad():
+        model(x)
+    assert not list(tmp_path.iterdir())
+    model(x)
+    (path,) = tmp_path.glob("*.pt")
+    record = torch.load(path, weights_only=True)
+    assert torch.equal(record["x"][0], x) and record["rank"] == [-1] and record["group"] == [False]
+    assert all(torch.equal(record["params"][0][k], v) for k, v in model.named_parameters())

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from grader.exercises.ddp import (ALLREDUCE_TRAFFIC, AVERAGE_GRADIENTS, DDP_TRAIN, RING_ALLREDUCE, SHARD_INDICES,
-                                  expect_allreduce, expect_average, expect_ddp, expect_shard, expect_traffic)
+                                  expect_allreduce, expect_average, expect_shard, expect_traffic)
+from grader.exercises.ddp_judge import expect_ddp
 from grader.expect import call, expect_tensor
 from grader.inputs import randint
 
@@ -91,11 +92,11 @@ def one_rank_changes_nothing(average_gradients):
 
 @DDP_TRAIN.hidden(timeout=30)
 def one_process(ddp_train):
-    """a world of 1 process is plain training"""
+    """a world of 1 process: its rank takes all 16 rows and trains as one process does"""
     expect_ddp(ddp_train, 1, 2, 0.2, 5)
 
 
 @DDP_TRAIN.hidden(timeout=30)
 def other_seed_and_steps(ddp_train):
-    """2 processes with another seed, learning rate and more steps"""
+    """2 processes, another seed, learning rate and more steps: own rows, averaged gradients, one process's result"""
     expect_ddp(ddp_train, 2, 4, 0.05, 11)

@@ -1,11 +1,19 @@
-"""Chapter 10 scenarios: a student's average_gradients in a simulated process group.
+"""Chapter 10 scenarios: a student's average_gradients in a simulated process group, and ddp_train recorded.
 
 Grading runs on one machine with no partner processes, so the world is simulated inside this scenario:
 torch.distributed's group queries and all_reduce are replaced for the call (and put back after). Rank k of
 the simulated world holds (k + 1) times this rank's gradients, so an all-reduce with SUM of any tensor
 built linearly from the gradients (one per parameter, or all flattened into one bucket) multiplies it
 by 1 + 2 + ... + world_size, and the true average is known exactly.
+
+ddp_train runs for real (it starts its own processes); what its ranks did is recorded by the models
+grader.distributed.toy_model builds while the environment variable below names a folder (the ranks
+inherit it; grader/ddp_record.py writes the records).
 """
+import os
+import shutil
+import tempfile
+
 import torch
 import torch.distributed as dist
 
@@ -13,6 +21,8 @@ from . import common
 
 _SUM = dist.ReduceOp.SUM if dist.is_available() else None
 _randn, _manual_seed = torch.randn, torch.manual_seed
+_load, _listdir, _join = torch.load, os.listdir, os.path.join
+_RECORD_ENV = "GRADER_DDP_RECORD"  # grader.ddp_record.RECORD_ENV (this module may not import grader)
 
 
 def _model(spec, seed, frozen):
@@ -64,3 +74,25 @@ def average_in_fake_world(average_gradients, spec, world_size, seed, frozen=Fals
         "it never called dist.all_reduce, so no other rank's gradient was added"
     del model
     return {"before": before, "after": after, "params_unchanged": unchanged, "error": error, "calls": len(calls)}
+
+
+def train_recorded(ddp_train, world_size, steps, lr, seed):
+    """Call ddp_train(world_size=..., steps=..., lr=..., seed=...) with toy_model's models recording their
+    training forwards in every process; what it returned, each recorded model, and this process's pid (a
+    model trained here, in the notebook itself, is no rank's)."""
+    folder = tempfile.mkdtemp(prefix="ddp-record-")
+    before = os.environ.get(_RECORD_ENV)
+    os.environ[_RECORD_ENV] = folder
+    try:
+        state = ddp_train(world_size=world_size, steps=steps, lr=lr, seed=seed)
+        models = [_load(_join(folder, name), weights_only=True) for name in sorted(_listdir(folder))
+                  if name.endswith(".pt")]
+    finally:
+        if before is None:
+            os.environ.pop(_RECORD_ENV, None)
+        else:
+            os.environ[_RECORD_ENV] = before
+        shutil.rmtree(folder, ignore_errors=True)
+    if isinstance(state, dict):  # a state_dict is an OrderedDict; plain data is a dict
+        state = dict(state.items())
+    return {"state": state, "models": models, "pid": os.getpid()}
