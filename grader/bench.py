@@ -324,9 +324,13 @@ class MatmulTiming:
 
     @property
     def warning(self) -> str | None:
-        """An MFU above 1 is impossible, so it means the peak in the table is wrong for this device."""
+        """An MFU above 1 is impossible, so the peak is wrong for this device: the table's, or the CPU estimate's
+        clock (a CPU that reports its base clock and runs faster, as under many hypervisors)."""
         if self.mfu is not None and self.mfu > 1.0:
             key = self.dtype_key or _dtype_name(self.dtype)
+            if self.peak_is_estimate:
+                return (f"MFU above 1.0: the estimated peak for {self.device_name}/{key} is too low "
+                        "(it assumes the clock the CPU reports; this one ran faster)")
             return f"MFU above 1.0: the spec table's peak for {self.device_name}/{key} must be wrong"
         return None
 
