@@ -2,6 +2,8 @@
 
 The pipeline, one module per step:
   collect.py     find each student's notebooks (folders, zips, renamed files)
+  canvas.py      read Canvas's "Download submissions" (the zip or its folder) into the same submissions
+  sandbox.py     what a kernel sees: the public grader only, inside bubblewrap (or as a kernel user)
   kernel.py      run one notebook in a fresh, limited kernel that can be restarted and replayed
   launch.py      start that kernel with its memory limit (counted on top of the kernel's own start-up)
   bridge.py      call the student's functions in that kernel, and run scenarios there; only data comes back
@@ -10,6 +12,8 @@ The pipeline, one module per step:
   notebook.py    grade one notebook: run it, then run every check in this process
   cohort.py      grade every student in parallel, resumably; progress bar
   report.py      write grades.csv, gradebook.csv, results.json and feedback.html atomically
+  adjust.py      the instructor's decisions applied as outputs are written: overrides.py (manual scores),
+                 late.py (penalties), canvas_csv.py (canvas.csv); instructor_csv.py reads their files
   gradescope.py  grade one Gradescope submission into its results.json (the autograder zip runs it)
 
 Grading functions, classes, modules, autograd, files and processes: one mechanism.
