@@ -279,6 +279,19 @@ def vjp_ignores_v(f, x, v):
     return torch.autograd.grad(f(x).sum(), x)[0]
 
 
+def vjp_atleast_1d(f, x, v):
+    """Makes x and v at least 1-D "to be safe": a 0-dim x gets a (1,) result, a 0-dim f(x) a v of the wrong shape."""
+    x = torch.atleast_1d(x.detach()).requires_grad_()
+    (g,) = torch.autograd.grad(f(x), x, grad_outputs=torch.atleast_1d(v))
+    return g
+
+
+def jacobian_numel_rows(f, x):
+    """Rows stacked as (f(x).numel(), *x.shape): right unless f(x) is 0-dim (or not 1-D)."""
+    y = f(x.detach())
+    return jacobian_rows(f, x).reshape(y.numel(), *x.shape)
+
+
 def jacobian_transposed(f, x):
     j = jacobian_rows(f, x)
     y_dims = j.dim() - x.dim()
@@ -572,7 +585,7 @@ WRONG = [
     # the library's SiLU inside SiLU.forward, under other names (autograd.silu forbids F.silu and torch._C._nn.silu)
     ("silu", [SiLUAliased, _applies(SiLUAliased)]), ("silu", [SiLUModule, _applies(SiLUModule)]),
     ("silu", [SiLUCore, _applies(SiLUCore)]),
-    ("vjp", [vjp_marks_the_callers_x]),
+    ("vjp", [vjp_marks_the_callers_x]), ("vjp", [vjp_atleast_1d]), ("jacobian", [jacobian_numel_rows]),
     ("accumulate_step", [accumulate_no_divide]), ("accumulate_step", [accumulate_step_each]),
     ("accumulate_step", [accumulate_stale]), ("accumulate_step", [accumulate_zero_inside]),
     ("accumulate_step", [accumulate_by_rows]), ("accumulate_step", [accumulate_concatenated]),
@@ -687,3 +700,17 @@ def test_a_vjp_that_marks_the_callers_x_fails_a_public_check():
     """The task says to leave x without requires_grad: leaves_the_callers_x_alone says so before grading."""
     failed = {c.name: c.message for c in run_exercise("autograd.vjp", vjp_marks_the_callers_x).checks if not c.passed}
     assert "set requires_grad on the caller's x" in failed.get("leaves_the_callers_x_alone", ""), failed
+
+
+@pytest.mark.parametrize("name,wrong,check", [
+    ("vjp", [vjp_atleast_1d], "zero_dim_input_and_output"),
+    ("jacobian", [jacobian_numel_rows], "zero_dim_input_or_output"),
+    ("jacobian", [jacobian_finite_differences], "made_of_vjps"),
+    ("silu", [SiLUNoDouble, silu_no_double], "second_derivative"),
+    ("silu", [SiLUOverflow, silu_overflow], "finite_up_to_800"),
+], ids=["vjp-0-dim", "jacobian-0-dim", "jacobian-finite-differences", "silu-no-second-derivative", "silu-overflow"])
+def test_stated_requirements_fail_a_public_check(name, wrong, check):
+    """What the exercise's text asks (0-dim shapes, VJPs, gradgradcheck, finite up to +-800) is checked in the
+    student's notebook, not only at grading."""
+    failed = {c.name: c.message for c in run_exercise(f"autograd.{name}", *wrong).checks if not c.passed}
+    assert check in failed, failed

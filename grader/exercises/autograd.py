@@ -126,6 +126,15 @@ def fewer_and_more_outputs_one_pass(vjp):
                                    torch.randn(4, 4, dtype=torch.float64), how), how)
 
 
+@VJP.check
+def zero_dim_input_and_output(vjp):
+    """x may be 0-dim, and so may f(x) (then v is 0-dim): the result has x's shape"""
+    expect_vjp(vjp, "square", torch.tensor(1.5, dtype=torch.float64), torch.tensor(-2.0, dtype=torch.float64),
+               "f(x) = x ** 2 with x 0-dim")
+    expect_vjp(vjp, "total", torch.randn(2, 3, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64),
+               "f: (2, 3) -> () with v 0-dim")
+
+
 def expect_jacobian(jacobian, name: str, x: torch.Tensor, how: str) -> dict:
     """The student's jacobian of the named function equals torch.autograd.functional.jacobian."""
     want = _jacobian(scenarios.FUNCTIONS[name], x)
@@ -160,6 +169,27 @@ def non_square(jacobian):
 def matrix_input(jacobian):
     """x of shape (2, 3), f(x) of shape (2, 2): the Jacobian has shape (2, 2, 2, 3)"""
     expect_jacobian(jacobian, "matrix", torch.randn(2, 3, dtype=torch.float64), "f(x) = x @ x.T + x.sum()")
+
+
+@JACOBIAN.check
+def zero_dim_input_or_output(jacobian):
+    """a 0-dim f(x) or a 0-dim x: the shape is still f(x).shape + x.shape"""
+    expect_jacobian(jacobian, "total", torch.randn(3, dtype=torch.float64), "f: (3,) -> ()")
+    expect_jacobian(jacobian, "square", torch.tensor(-0.7, dtype=torch.float64), "f(x) = x ** 2 with x 0-dim")
+
+
+def expect_made_of_vjps(out: dict, how: str) -> None:
+    """The Jacobian came from backward passes through f (VJPs), and x is as it was."""
+    expect(out["backward_calls"] >= 1, f"jacobian(f, x) for {how} made no backward pass through f: build it from "
+                                       "VJPs, one per output element (not from finite differences)")
+    expect(out["x_unchanged"], f"jacobian(f, x) for {how} changed x")
+
+
+@JACOBIAN.check
+def made_of_vjps(jacobian):
+    """built from VJPs: backward passes through f, not finite differences; x is left as it was"""
+    how = "f(x) = tanh(cumsum(x)) * x, x of shape (2, 3)"
+    expect_made_of_vjps(expect_jacobian(jacobian, "cumsum_tanh", torch.randn(2, 3, dtype=torch.float64), how), how)
 
 
 # ---------------------------------------------------------------- gradient_norm_penalty
@@ -281,6 +311,20 @@ def passes_gradcheck(SiLU, silu):
     """torch.autograd.gradcheck agrees with finite differences in float64"""
     out = expect_silu(SiLU, silu, torch.randn(10, dtype=torch.float64), "x = randn(10), float64")
     expect(out["gradcheck"], f"gradcheck(silu, x) failed: {out['gradcheck_error']}")
+
+
+@SILU.check
+def second_derivative(SiLU, silu):
+    """gradgradcheck passes: your backward is made of differentiable torch operations on what you saved"""
+    out = expect_silu(SiLU, silu, torch.randn(6, dtype=torch.float64), "x = randn(6), float64")
+    expect(out["gradgradcheck"], f"gradgradcheck(silu, x) failed: {out['gradgradcheck_error']}")
+
+
+@SILU.check
+def finite_up_to_800(SiLU, silu):
+    """x from -800 to 800 in float64: forward and backward stay finite (no inf, no NaN)"""
+    expect_silu(SiLU, silu, torch.tensor([-800.0, -300.0, -50.0, 0.0, 50.0, 300.0, 800.0], dtype=torch.float64),
+                "x = [-800, -300, -50, 0, 50, 300, 800], float64")
 
 
 # ---------------------------------------------------------------- accumulate_step
