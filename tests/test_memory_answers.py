@@ -257,6 +257,15 @@ def compact_wiping_input(x):
     return out
 
 
+def compact_swapping_storage(x):
+    x.data = x.clone()  # compact, but the caller's x now holds a new storage: x was changed
+    return x
+
+
+def compact_set_in_place(x):
+    return x.set_(x.clone())  # the same, through set_
+
+
 class _Small(torch.Tensor):
     """A view that claims a small storage."""
 
@@ -294,6 +303,7 @@ WRONG = [
     ("get_batch", batch_one_past_last), ("get_batch", batch_unshifted), ("get_batch", batch_int32),
     ("get_batch", batch_uint16), ("get_batch", batch_numpy_arrays), ("get_batch", batch_no_check),
     ("get_batch", batch_one_start), ("get_batch", batch_ignores_device), ("get_batch", batch_same_every_call),
+    ("compact", compact_swapping_storage), ("compact", compact_set_in_place),
 ]
 
 
@@ -322,6 +332,19 @@ def test_public_checks_catch_the_classic_mistakes(mistake):
     the whole memmap read into memory: caught before grading, not only by hidden checks."""
     name, fn = WRONG[CLASSIC[mistake]]
     assert run_exercise(f"memory.{name}", fn).status != "passed", mistake
+
+
+@pytest.mark.parametrize("name,fn,check", [
+    ("compact", compact_wiping_input, "does_not_change_x"), ("compact", compact_swapping_storage, "does_not_change_x"),
+    ("compact", compact_set_in_place, "does_not_change_x"),
+    ("get_batch", batch_ignores_device, "on_the_device_asked_for"),
+    ("get_batch", batch_one_start, "each_row_its_own_start"),
+], ids=["compact-wipes-x", "compact-swaps-storage", "compact-set_", "batch-ignores-device", "batch-one-start"])
+def test_stated_requirements_fail_a_public_check(name, fn, check):
+    """What the exercise's text asks (leave x alone; x and y on `device`; one start per row) is checked in the
+    student's notebook, not only at grading."""
+    failed = {c.name: c.message for c in run_exercise(f"memory.{name}", fn).checks if not c.passed}
+    assert check in failed, failed
 
 
 def test_reading_the_whole_file_is_caught_by_every_measure():

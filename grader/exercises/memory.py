@@ -200,6 +200,25 @@ def non_contiguous_views(compact):
     expect_compact(compact, big[0].expand(3, 40), "big[0].expand(3, 40)")
 
 
+def expect_input_unchanged(compact, n: int, start: int, stop: int) -> None:
+    """compact(big[start:stop]) leaves its input as it was: a view of big's storage, with the same values."""
+    big = torch.randn(n)
+    x = big[start:stop]
+    before = x.clone()
+    expect_compact(compact, x, f"big[{start}:{stop}]")
+    same = x.untyped_storage().data_ptr() == big.untyped_storage().data_ptr()
+    expect(same and x.data_ptr() == big[start:].data_ptr(),
+           f"compact(big[{start}:{stop}]) changed its input: x no longer views big's storage (compact must return "
+           "a new tensor, not swap x's storage with x.data = ... or x.set_(...))")
+    expect(bool((x == before).all()), f"compact(big[{start}:{stop}]) changed the values of its input")
+
+
+@COMPACT.check
+def does_not_change_x(compact):
+    """x itself stays as it was (a view of the big tensor, same values): compact returns a new tensor"""
+    expect_input_unchanged(compact, 500, 30, 45)
+
+
 # ---------------------------------------------------------------- get_batch
 
 def expect_batches(out, tokens: list[int], batch_size: int, context_length: int, what: str) -> set[int]:
@@ -259,6 +278,44 @@ def too_short(get_batch):
 def reads_only_what_it_needs(get_batch):
     """on a memmap of 2**23 tokens (16 MiB), one batch touches a few pages, not the whole file"""
     expect_reads_little(get_batch, 8, 32, 2)
+
+
+def expect_on_device(get_batch, length: int, batch_size: int, context_length: int, device, seed: int) -> None:
+    """x and y are int64 (batch_size, context_length) tensors on the meta device when asked for it."""
+    what = f"get_batch(memmap of {length} tokens, {batch_size}, {context_length}, device={device!r})"
+    out = run_scenario(scenarios.layout, get_batch, list(range(length)), batch_size, context_length, device, seed)
+    expect(out["type"] == "tuple" and out["items"] is not None and len(out["items"]) == 2,
+           f"{what} returned a {out['type']}, not (x, y)")
+    shape = (batch_size, context_length)
+    for name, item in zip("xy", out["items"]):
+        if (item["type"], item["device"], item["dtype"], item["shape"]) != ("Tensor", "meta", "torch.int64", shape):
+            fail(f"{what} returned {name} as a {item['type']} of dtype {item['dtype']}, shape {item['shape']} on "
+                 f"{item['device']}: expected an int64 {shape} tensor on meta (move x and y to `device`)")
+
+
+@GET_BATCH.check
+def on_the_device_asked_for(get_batch):
+    """x and y are made on `device`: asked for the meta device, both are meta int64 tensors"""
+    expect_on_device(get_batch, 30, 2, 5, "meta", 7)
+
+
+def expect_own_starts(get_batch, length: int, batch_size: int, context_length: int, draws: int, seed: int) -> None:
+    """Each row of every batch starts at its own random position: no batch repeats one start in every row."""
+    tokens = list(range(length))
+    what = f"get_batch(memmap of {length} tokens, {batch_size}, {context_length}, 'cpu')"
+    out = run_scenario(scenarios.batches, get_batch, tokens, batch_size, context_length, draws, seed)
+    starts = expect_batches(out, tokens, batch_size, context_length, what)
+    per_batch = [len(set(x[:, 0].tolist())) for x, _ in out]
+    expect(min(per_batch) > 1, f"{what} gave every row of a batch the same start: draw one start per row")
+    expect(len(starts) > draws * batch_size // 2,
+           f"{what}: {draws * batch_size} rows started at only {len(starts)} positions; starts must be independent "
+           "and uniform")
+
+
+@GET_BATCH.check
+def each_row_its_own_start(get_batch):
+    """each row of a batch starts at its own random position, not one start for the whole batch"""
+    expect_own_starts(get_batch, 3000, 6, 4, 4, 8)
 
 
 def expect_reads_little(get_batch, batch_size: int, context_length: int, seed: int) -> None:

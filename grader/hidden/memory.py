@@ -6,8 +6,9 @@ import math
 import torch
 
 from grader.exercises.memory import (COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE, MAX_PARAMS, STATES,
-                                     TENSOR_NBYTES, TRAINING_MEMORY, expect_batches, expect_compact, expect_max,
-                                     expect_nbytes, expect_reads_little, expect_training, expect_usage)
+                                     TENSOR_NBYTES, TRAINING_MEMORY, expect_batches, expect_compact,
+                                     expect_input_unchanged, expect_max, expect_nbytes, expect_on_device,
+                                     expect_own_starts, expect_reads_little, expect_training, expect_usage)
 from grader.expect import expect, expect_raises, fail
 from grader.inputs import layouts, randint, random_shape
 from grader.scenario import run_scenario
@@ -96,11 +97,7 @@ def other_dtypes(compact):
 @COMPACT.hidden
 def leaves_the_input_alone(compact):
     """the input still views the big storage afterwards (compact makes a new tensor)"""
-    big = torch.randn(300)
-    x = big[10:20]
-    expect_compact(compact, x, "big[10:20]")
-    expect(x.untyped_storage().data_ptr() == big.untyped_storage().data_ptr(),
-           "compact(big[10:20]) changed its input into something else")
+    expect_input_unchanged(compact, 300, 10, 20)
 
 
 @GET_BATCH.hidden
@@ -149,26 +146,15 @@ def one_token_short(get_batch):
 
 
 @GET_BATCH.hidden
-def on_the_device_asked_for(get_batch):
-    """x and y are made on `device`: asked for the meta device, both are meta int64 tensors"""
-    out = run_scenario(scenarios.layout, get_batch, list(range(40)), 3, 6, "meta", 5)
-    expect(out["type"] == "tuple" and out["items"] is not None and len(out["items"]) == 2,
-           f"get_batch(memmap, 3, 6, 'meta') returned a {out['type']}, not (x, y)")
-    for name, item in zip("xy", out["items"]):
-        if (item["type"], item["device"], item["dtype"], item["shape"]) != ("Tensor", "meta", "torch.int64", (3, 6)):
-            fail(f"get_batch(memmap, 3, 6, device='meta') returned {name} as a {item['type']} of dtype "
-                 f"{item['dtype']}, shape {item['shape']} on {item['device']}: expected an int64 (3, 6) tensor on meta")
+def on_the_device_asked_for_as_a_device(get_batch):
+    """x and y are made on `device`, given as torch.device("meta")"""
+    expect_on_device(get_batch, 40, 3, 6, torch.device("meta"), 5)
 
 
 @GET_BATCH.hidden
 def rows_start_at_their_own_positions(get_batch):
     """each row of a batch has its own random start, not one start for the whole batch"""
-    out = run_scenario(scenarios.batches, get_batch, list(range(5000)), 8, 4, 5, 6)
-    starts = expect_batches(out, list(range(5000)), 8, 4, "get_batch(memmap of 5000 tokens, 8, 4)")
-    per_batch = [len(set(x[:, 0].tolist())) for x, _ in out]
-    expect(min(per_batch) > 1, "get_batch(memmap of 5000 tokens, 8, 4) gave every row of a batch the same start")
-    expect(len(starts) > 20, "get_batch(memmap of 5000 tokens, 8, 4): 40 rows started at only "
-                             f"{len(starts)} positions; starts must be independent and uniform")
+    expect_own_starts(get_batch, 5000, 8, 4, 5, 6)
 
 
 @GET_BATCH.hidden
