@@ -481,3 +481,20 @@ def test_xavier_without_the_2_gets_told_so():
 def test_seeding_torch_only_names_numpy():
     r = run_exercise("initialization.seed_everything", _seed_torch_only)
     assert any("numpy" in c.message and "np.random.seed" in c.message for c in r.checks if not c.passed)
+
+
+def _stds_ignores_batch(depth, width, init, nonlinearity, batch=1024, seed=0):
+    return _stds_generic(depth, width, init, nonlinearity, 1024, seed)
+
+
+@pytest.mark.parametrize("name,fn,check", [
+    ("init_mixture_", _mixture_rebinds_data, "float64_stays_float64"),
+    ("init_mixture_", _mixture_view, "non_contiguous"),
+    ("init_mixture_", _mixture_reseeds, "no_reseeding"),
+    ("activation_stds", _stds_ignores_batch, "uses_the_batch_argument"),
+], ids=["mixture-float64", "mixture-non-contiguous", "mixture-reseeds", "stds-ignores-batch"])
+def test_stated_requirements_fail_a_public_check(name, fn, check):
+    """What the exercise's text asks (float64, non-contiguous, no reseeding; the batch argument) is checked in the
+    student's notebook, not only at grading."""
+    failed = {c.name: c.message for c in run_exercise(f"initialization.{name}", fn).checks if not c.passed}
+    assert check in failed, failed

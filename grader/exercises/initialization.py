@@ -266,6 +266,20 @@ def deterministic_for_a_seed(activation_stds):
     expect(other != first, f"{what} and {what2} both returned {first}: different seeds should give different draws")
 
 
+def expect_batch_used(activation_stds, batch: int, other: int) -> None:
+    """activation_stds(..., batch=batch) and (..., batch=other) differ: the input has `batch` rows."""
+    first, what = stds_of(activation_stds, 3, 32, "kaiming", "tanh", batch=batch)
+    second, what2 = stds_of(activation_stds, 3, 32, "kaiming", "tanh", batch=other)
+    expect(first != second, f"{what} and {what2} both returned {first}: the input x has `batch` rows, so the "
+                            "batch argument changes what is measured")
+
+
+@ACTIVATION_STDS.check
+def uses_the_batch_argument(activation_stds):
+    """the input has `batch` rows: batch=3 and batch=5 give different lists"""
+    expect_batch_used(activation_stds, 3, 5)
+
+
 @ACTIVATION_STDS.check
 def unknown_names(activation_stds):
     """an unknown init or nonlinearity raises ValueError"""
@@ -422,6 +436,49 @@ def independent_of_position(init_mixture_):
     expect_filled_in_place(out[0], where)
     expect_mixture_values(out[0]["values"], where)
     expect_mixture_independent(out[0]["values"], where)
+
+
+def expect_float64_mixture(init_mixture_, shape: tuple[int, ...], seed: int, every_test: bool) -> None:
+    """A float64 tensor is filled in place and stays float64, with the mixture's values and fractions."""
+    out, where = mixture_fill(init_mixture_, shape, dtype=torch.float64, seed=seed)
+    expect_filled_in_place(out[0], where)
+    expect(out[0]["values"].dtype == torch.float64, f"{where} left w as {out[0]['values'].dtype}")
+    (expect_mixture if every_test else expect_mixture_fractions)(out[0]["values"], where)
+
+
+def expect_non_contiguous_mixture(init_mixture_, shape: tuple[int, ...], seed: int, every_test: bool) -> None:
+    """A transposed (non-contiguous) view of a NaN-filled tensor is filled in place, every element."""
+    out, where = mixture_fill(init_mixture_, shape, layout="transposed", seed=seed)
+    expect_filled_in_place(out[0], where)
+    (expect_mixture if every_test else expect_mixture_fractions)(out[0]["values"], where)
+
+
+def expect_no_reseeding(init_mixture_, shape: tuple[int, ...], seed: int) -> None:
+    """Two calls fill two tensors differently."""
+    out, where = mixture_fill(init_mixture_, shape, seed=seed, calls=2)
+    for record in out:
+        expect_filled_in_place(record, where)
+    expect(not torch.equal(out[0]["values"], out[1]["values"]),
+           f"{where}, called twice on two tensors, filled both with the same values: every weight would be equal; "
+           "do not call torch.manual_seed inside an init function")
+
+
+@INIT_MIXTURE.check
+def float64_stays_float64(init_mixture_):
+    """a float64 tensor is filled in place and stays float64"""
+    expect_float64_mixture(init_mixture_, (400, 250), 5, every_test=False)
+
+
+@INIT_MIXTURE.check
+def non_contiguous(init_mixture_):
+    """a transposed (non-contiguous) view is filled in place, every element of it"""
+    expect_non_contiguous_mixture(init_mixture_, (400, 250), 6, every_test=False)
+
+
+@INIT_MIXTURE.check
+def no_reseeding(init_mixture_):
+    """two calls fill two tensors differently: do not reseed the generator"""
+    expect_no_reseeding(init_mixture_, (100, 80), 7)
 
 
 @INIT_MIXTURE.check

@@ -8,9 +8,11 @@ import torch
 
 from grader.exercises.initialization import (ACTIVATION_STDS, DEFAULT_LINEAR_BOUND, INIT_MIXTURE, KAIMING_RELU_STD,
                                              KAIMING_STD, RELU_LOG_TOL, SEED_EVERYTHING, XAVIER_STD, _calculate_gain,
-                                             expect_close, expect_differ, expect_filled_in_place, expect_growth,
-                                             expect_mixture, expect_mixture_values, expect_python_float,
-                                             expect_repeats, mixture_fill, seed_draws, stds_of)
+                                             expect_close, expect_differ, expect_filled_in_place,
+                                             expect_float64_mixture, expect_growth, expect_mixture,
+                                             expect_mixture_values, expect_no_reseeding,
+                                             expect_non_contiguous_mixture, expect_python_float, expect_repeats,
+                                             mixture_fill, seed_draws, stds_of)
 from grader.expect import call, expect, expect_raises
 from grader.inputs import randint
 
@@ -174,20 +176,15 @@ def more_unknown(activation_stds):
 # ---------------------------------------------------------------- init_mixture_
 
 @INIT_MIXTURE.hidden
-def float64(init_mixture_):
+def float64_large(init_mixture_):
     """a float64 tensor stays float64, with the same statistics"""
-    out, where = mixture_fill(init_mixture_, (1000, 1000), dtype=torch.float64, seed=11)
-    expect_filled_in_place(out[0], where)
-    expect(out[0]["values"].dtype == torch.float64, f"{where} left w as {out[0]['values'].dtype}")
-    expect_mixture(out[0]["values"], where)
+    expect_float64_mixture(init_mixture_, (1000, 1000), 11, every_test=True)
 
 
 @INIT_MIXTURE.hidden
-def non_contiguous(init_mixture_):
+def non_contiguous_large(init_mixture_):
     """a transposed (non-contiguous) view is filled in place like any tensor"""
-    out, where = mixture_fill(init_mixture_, (1000, 1000), layout="transposed", seed=12)
-    expect_filled_in_place(out[0], where)
-    expect_mixture(out[0]["values"], where)
+    expect_non_contiguous_mixture(init_mixture_, (1000, 1000), 12, every_test=True)
 
 
 @INIT_MIXTURE.hidden
@@ -204,14 +201,9 @@ def other_shapes(init_mixture_):
 
 
 @INIT_MIXTURE.hidden
-def no_reseeding(init_mixture_):
+def no_reseeding_again(init_mixture_):
     """two calls fill two tensors differently (the function must not reseed the generator)"""
-    out, where = mixture_fill(init_mixture_, (200, 300), seed=15, calls=2)
-    for record in out:
-        expect_filled_in_place(record, where)
-    expect(not torch.equal(out[0]["values"], out[1]["values"]),
-           f"{where}, called twice on two tensors, filled both with the same values: every weight would be equal; "
-           "do not call torch.manual_seed inside an init function")
+    expect_no_reseeding(init_mixture_, (200, 300), 15)
 
 
 # ---------------------------------------------------------------- seed_everything
