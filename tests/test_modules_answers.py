@@ -814,6 +814,22 @@ class ConcatInPlace(ConcatModuleList):
         return out
 
 
+class SequentialNoneWhenEmpty(SequentialSetattr):
+    """Feeds x to the first module only: with no modules there is no output at all."""
+    def forward(self, x):
+        out = None
+        for module in self._modules.values():
+            out = module(x if out is None else out)
+        return out
+
+
+class CruncherProductFirst(CruncherMultiDot):
+    """Multiplies the square weights together first: functools.reduce of an empty list fails for 0 layers."""
+    def forward(self, x):
+        product = functools.reduce(torch.matmul, [layer.weight for layer in self.layers])
+        return (x @ product @ self.final.weight).squeeze(-1)
+
+
 WRONG = [
     ("MySequential", SequentialPlainList), ("MySequential", SequentialNamedLayers),
     ("MySequential", SequentialReversed),
@@ -843,6 +859,7 @@ WRONG = [
     ("Quadratic", QuadraticData), ("Quadratic", QuadraticBuffer), ("Quadratic", QuadraticPlainTensor),
     ("Quadratic", QuadraticIndexMixup), ("Quadratic", QuadraticDetachedX), ("Quadratic", QuadraticNoScale),
     ("Quadratic", QuadraticLayoutInOut), ("Quadratic", QuadraticPatchingBackward), ("Quadratic", QuadraticLying),
+    ("MySequential", SequentialNoneWhenEmpty), ("Cruncher", CruncherProductFirst),
 ]
 
 
@@ -896,7 +913,8 @@ def test_a_hanging_forward_times_out():
     r = run_exercise("modules.MySequential", Hangs, timeout=1)
     assert r.status == "timeout" and r.score < r.points
     assert [c.name for c in r.checks if c.status == "timeout"] == ["runs_the_modules_in_order",
-                                                                   "gradients_reach_every_module"]
+                                                                   "gradients_reach_every_module",
+                                                                   "no_modules_returns_x"]
 
 
 def test_a_broken_getattr_ends_in_a_clear_error():
@@ -933,3 +951,18 @@ def test_a_stub_is_not_implemented():
 
     assert run_exercise("modules.MySequential", Stub, hidden=True).status == "not_implemented"
     assert run_exercise("modules.activation_shapes", stub, hidden=True).status == "not_implemented"
+
+
+@pytest.mark.parametrize("name,obj,check", [
+    ("MySequential", SequentialNoneWhenEmpty, "no_modules_returns_x"),
+    ("Concat", ConcatDim1, "leading_dimensions"),
+    ("Cruncher", CruncherProductFirst, "zero_layers"),
+    ("Cruncher", CruncherSameLayer, "each_layer_its_own_weight"),
+    ("activation_shapes", shapes_first_call, "shared_and_unused_modules"),
+    ("Quadratic", QuadraticNoScale, "initial_scale"),
+], ids=lambda v: v.__name__ if isinstance(v, type) or callable(v) else v)
+def test_stated_requirements_fail_a_public_check(name, obj, check):
+    """What the exercise's text asks (no modules, any leading dimensions, 0 layers, fresh weights, a module called
+    twice, W's scale) is checked in the student's notebook, not only at grading."""
+    failed = {c.name: c.message for c in run_exercise(f"modules.{name}", obj).checks if not c.passed}
+    assert check in failed, failed

@@ -141,6 +141,21 @@ def gradients_reach_every_module(MySequential):
     expect_sequential(MySequential, SQUARE_SPECS, torch.randn(6, 4), "five 4-wide modules", 2)
 
 
+def expect_empty_sequential(MySequential, x: torch.Tensor) -> None:
+    """MySequential() has no parameters and returns its input unchanged."""
+    got = run_scenario(scenarios.sequential_report, MySequential, [], x, torch.randn(x.shape), 0)
+    expect(not got["parameters"] and not got["state_dict"], "MySequential() should have no parameters and an empty "
+                                                            f"state_dict, got {names(got['parameters'])}")
+    expect_tensor(got["output"], x, f"MySequential()(x) for x of shape {tuple(x.shape)}: with no modules, the input "
+                                    "unchanged", rtol=0, atol=0)
+
+
+@MY_SEQUENTIAL.check
+def no_modules_returns_x(MySequential):
+    """MySequential() with no modules returns x unchanged"""
+    expect_empty_sequential(MySequential, torch.randn(2, 5))
+
+
 # ---------------------------------------------------------------- Concat
 
 def expect_concat(Concat, spec1, spec2, x: torch.Tensor, how: str, seed: int = 0, same: bool = False) -> dict:
@@ -199,6 +214,12 @@ def both_nets_are_registered(Concat):
                         "Sequential(Linear(3, 5), Tanh()), Linear(3, 2)", 2)
     expect(len(got["parameters"]) == 4, f"Concat has {len(got['parameters'])} parameters, expected 4 "
                                         "(net1's weight and bias, net2's weight and bias)")
+
+
+@CONCAT.check
+def leading_dimensions(Concat):
+    """x of shape (batch, seq, features): concatenated along the last dimension, not dim 1"""
+    expect_concat(Concat, ["Linear", 4, 2], ["Linear", 4, 3], torch.randn(3, 2, 4), "Linear(4, 2), Linear(4, 3)", 5)
 
 
 # ---------------------------------------------------------------- Cruncher
@@ -292,6 +313,28 @@ def weights_are_randn_over_sqrt_dim(Cruncher):
     for key, w in got["state_dict"].items():
         big = key != "final.weight"
         expect_normal_init(w, 1 / math.sqrt(512), f"Cruncher(512, 2): {key}", 0.05 if big else 0.2, shape_test=big)
+
+
+@CRUNCHER.check
+def zero_layers(Cruncher):
+    """Cruncher(4, 0): no hidden layer, only final.weight (4, 1); the output is x @ final.weight, squeezed"""
+    expect_cruncher(Cruncher, 4, 0, torch.randn(3, 4), seed=12)
+
+
+def expect_independent_layers(Cruncher, dim: int, num_layers: int, seed: int) -> None:
+    """Every layer has its own weight: no two layers' weights are equal."""
+    got = expect_cruncher(Cruncher, dim, num_layers, torch.randn(3, dim), seed=seed, grads=False)
+    weights = [got["state_dict"][f"layers.{i}.weight"] for i in range(num_layers)]
+    for i in range(num_layers):
+        for j in range(i + 1, num_layers):
+            expect(not torch.equal(weights[i], weights[j]), f"Cruncher({dim}, {num_layers}): layers.{i}.weight equals "
+                                                            f"layers.{j}.weight; make a new layer for each position")
+
+
+@CRUNCHER.check
+def each_layer_its_own_weight(Cruncher):
+    """Cruncher(8, 3): each layer has its own freshly drawn weight (not one layer repeated)"""
+    expect_independent_layers(Cruncher, 8, 3, 13)
 
 
 # ---------------------------------------------------------------- get_num_parameters
@@ -491,6 +534,16 @@ def hooks_are_removed_when_forward_raises(activation_shapes):
     expect_no_hooks(got, what)
 
 
+@ACTIVATION_SHAPES.check
+def shared_and_unused_modules(activation_shapes):
+    """a module called twice keeps its last call's shape; a module never called is absent"""
+    got = run_scenario(scenarios.shapes_report, activation_shapes, "twice", [5, 3], torch.randn(7, 5), 0)
+    what = ("activation_shapes(a model whose Linear(5, 5) 'shared' runs on 7 rows then on 3, beside an unused "
+            "Linear 'unused', x of shape (7, 5))")
+    expect_shapes(got["shapes"], {"shared": (3, 5)}, what)
+    expect_no_hooks(got, what)
+
+
 # ---------------------------------------------------------------- Quadratic
 
 def expect_quadratic_structure(got: dict, in_features: int, out_features: int, what: str) -> None:
@@ -548,3 +601,19 @@ def values(Quadratic):
 def gradients_for_W_and_x(Quadratic):
     """backward gives W and x autograd's gradients (W used directly, not through .data)"""
     expect_quadratic(Quadratic, 3, 2, torch.randn(5, 3), seed=3)
+
+
+def expect_quadratic_scale(Quadratic, in_features: int, out_features: int, seed: int) -> None:
+    """W is drawn randn(out_features, in_features, in_features) / in_features."""
+    got = run_scenario(scenarios.quadratic_report, Quadratic, in_features, out_features, torch.randn(2, in_features),
+                       torch.randn(2, out_features), seed)
+    what = f"Quadratic({in_features}, {out_features})"
+    expect(names(got["parameters"]) == ["W"], f"{what}: parameters are {names(got['parameters'])}, expected ['W']")
+    expect_normal_init(got["parameter_values"]["W"], 1 / in_features, f"{what}: W", 0.05,
+                       rule="randn(out_features, in_features, in_features) / in_features")
+
+
+@QUADRATIC.check
+def initial_scale(Quadratic):
+    """Quadratic(40, 12): W = randn(12, 40, 40) / 40 (standard deviation 1/40, normally distributed)"""
+    expect_quadratic_scale(Quadratic, 40, 12, 10)

@@ -7,8 +7,9 @@ import torch
 
 from grader.exercises.modules import (ACTIVATION_SHAPES, CONCAT, CRUNCHER, GET_NUM_PARAMETERS, MY_SEQUENTIAL,
                                       QUADRATIC, RUNNING_MEAN, _Sequential, expect_concat, expect_count,
-                                      expect_cruncher, expect_no_hooks, expect_normal_init, expect_quadratic,
-                                      expect_running_mean, expect_sequential, expect_shapes, loose, names)
+                                      expect_cruncher, expect_empty_sequential, expect_independent_layers,
+                                      expect_no_hooks, expect_normal_init, expect_quadratic, expect_quadratic_scale,
+                                      expect_running_mean, expect_sequential, expect_shapes, loose)
 from grader.expect import expect, expect_tensor
 from grader.inputs import randint
 from grader.scenario import run_scenario
@@ -90,10 +91,7 @@ def one_module(MySequential):
 @MY_SEQUENTIAL.hidden
 def no_modules(MySequential):
     """MySequential() returns its input unchanged and has no parameters"""
-    x = torch.randn(3, 4)
-    got = run_scenario(scenarios.sequential_report, MySequential, [], x, torch.randn(3, 4), 0)
-    expect(not got["parameters"] and not got["state_dict"], "MySequential() should have no parameters")
-    expect_tensor(got["output"], x, "MySequential()(x): with no modules, the input unchanged")
+    expect_empty_sequential(MySequential, torch.randn(3, 4))
 
 
 @MY_SEQUENTIAL.hidden
@@ -183,12 +181,7 @@ def follows_to_float64(Cruncher):
 @CRUNCHER.hidden
 def layers_are_independent(Cruncher):
     """each layer has its own weight (not one layer repeated), drawn afresh"""
-    got = expect_cruncher(Cruncher, 16, 4, torch.randn(3, 16), seed=10, grads=False)
-    weights = [got["state_dict"][f"layers.{i}.weight"] for i in range(4)]
-    for i in range(4):
-        for j in range(i + 1, 4):
-            expect(not torch.equal(weights[i], weights[j]), f"Cruncher(16, 4): layers.{i}.weight equals "
-                                                            f"layers.{j}.weight; make a new layer for each position")
+    expect_independent_layers(Cruncher, 16, 4, 10)
 
 
 @CRUNCHER.hidden
@@ -289,7 +282,7 @@ def named_submodules(activation_shapes):
 
 
 @ACTIVATION_SHAPES.hidden
-def shared_and_unused_modules(activation_shapes):
+def shared_and_unused_other_sizes(activation_shapes):
     """a module called twice keeps its last call's shape; a module never called is absent"""
     expect_reference_shapes(activation_shapes, "twice", [4, 2], torch.randn(6, 4),
                             "a Linear(4, 4) run on 6 rows then on 2, beside an unused Linear", 0)
@@ -324,7 +317,4 @@ def follows_to_float64(Quadratic):
 @QUADRATIC.hidden
 def init_scale(Quadratic):
     """Quadratic(48, 16): W = randn(16, 48, 48) / 48 (standard deviation 1/48)"""
-    got = run_scenario(scenarios.quadratic_report, Quadratic, 48, 16, torch.randn(2, 48), torch.randn(2, 16), 9)
-    expect(names(got["parameters"]) == ["W"], f"Quadratic(48, 16): parameters are {names(got['parameters'])}")
-    expect_normal_init(got["parameter_values"]["W"], 1 / 48, "Quadratic(48, 16): W", 0.05,
-                       rule="randn(out_features, in_features, in_features) / in_features")
+    expect_quadratic_scale(Quadratic, 48, 16, 9)
