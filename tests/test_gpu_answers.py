@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._pytree import tree_map
 
 from grader import bench
@@ -42,10 +43,6 @@ def try_all_gpus_loop():
 def try_all_gpus_via_try_gpu():
     n = torch.cuda.device_count()
     return [try_gpu_d2l(i) for i in range(n)] if n else [try_gpu_d2l(10**6)]
-
-
-def to_device_pytree(batch, device, non_blocking=False):
-    return tree_map(lambda x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x, batch)
 
 
 def to_device_match(batch, device, non_blocking=False):
@@ -230,7 +227,7 @@ def memory_delta_tracker(fn, device):
 CORRECT = [
     ("try_gpu", try_gpu_d2l), ("try_gpu", try_gpu_available),
     ("try_all_gpus", try_all_gpus_loop), ("try_all_gpus", try_all_gpus_via_try_gpu),
-    ("to_device", to_device_pytree), ("to_device", to_device_match), ("to_device", to_device_copy),
+    ("to_device", to_device_match), ("to_device", to_device_copy),
     ("time_fn", time_fn_sync), ("time_fn", time_fn_events_each), ("time_fn", time_fn_stream_all),
     ("time_fn", time_fn_accelerator),
     ("transfer_bandwidth", bandwidth_own_timer), ("transfer_bandwidth", bandwidth_bench),
@@ -475,6 +472,39 @@ to_device_converts_numpy = _recursive(lambda x, d, nb: torch.as_tensor(x).to(d, 
 to_device_empty_like = _recursive(lambda x, d, nb: torch.empty_like(x, device=d))  # moves shape, not values
 
 
+def to_device_pytree(batch, device, non_blocking=False):
+    """torch's pytree does the whole walk and rebuild: forbidden (under the name it was imported by too)."""
+    return tree_map(lambda x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x, batch)
+
+
+def to_device_pytree_only(batch, device, non_blocking=False):
+    return pytree.tree_map_only(torch.Tensor, lambda x: x.to(device, non_blocking=non_blocking), batch)
+
+
+def to_device_pytree_with_path(batch, device, non_blocking=False):
+    return pytree.tree_map_with_path(
+        lambda path, x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x, batch)
+
+
+def to_device_flatten_unflatten(batch, device, non_blocking=False):
+    leaves, spec = pytree.tree_flatten(batch)
+    moved = [x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x for x in leaves]
+    return pytree.tree_unflatten(moved, spec)
+
+
+def to_device_spec_unflatten(batch, device, non_blocking=False):
+    """The spec's own unflatten, with the leaves taken apart by hand."""
+    moved = [x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x
+             for x in pytree.tree_leaves(batch)]
+    return pytree.tree_structure(batch).unflatten(moved)
+
+
+PYTREE_SHORTCUTS = [(to_device_pytree, "tree_map"), (to_device_pytree_only, "tree_map_only"),
+                    (to_device_pytree_with_path, "tree_map_with_path"),
+                    (to_device_flatten_unflatten, "tree_unflatten"),
+                    (to_device_spec_unflatten, "TreeSpec.unflatten")]
+
+
 def to_device_nothing(batch, device, non_blocking=False):
     return batch
 
@@ -625,6 +655,7 @@ WRONG = [
     ("to_device", to_device_always_non_blocking), ("to_device", to_device_always_copies),
     ("to_device", to_device_casts), ("to_device", to_device_converts_numpy), ("to_device", to_device_empty_like),
     ("to_device", to_device_nothing),
+    *[("to_device", fn) for fn, _ in PYTREE_SHORTCUTS],
     # time_fn
     ("time_fn", time_fn_no_sync), ("time_fn", time_fn_sync_before_only), ("time_fn", time_fn_events_no_wait),
     ("time_fn", time_fn_events_ms), ("time_fn", time_fn_mean), ("time_fn", time_fn_min),
@@ -670,6 +701,15 @@ def test_public_checks_catch_the_classic_mistakes():
                      ("memory_delta", memory_delta_keeps_result)]:
         r = run_exercise(f"gpu.{name}", fn)
         assert r.status != "passed", (name, fn.__name__)
+
+
+@pytest.mark.parametrize("fn,name", PYTREE_SHORTCUTS, ids=[n for _, n in PYTREE_SHORTCUTS])
+def test_pytree_shortcuts_are_refused_by_name(fn, name):
+    """torch.utils._pytree walks and rebuilds the containers: the whole exercise. A public check says so, and
+    the helpers work again afterwards."""
+    failed = {c.name: c.message for c in run_exercise("gpu.to_device", fn).checks if not c.passed}
+    assert f"not call torch.utils._pytree.{name}" in failed.get("moves_nested_tensors", ""), failed
+    assert tree_map(lambda x: x + 1, {"a": 1, "b": (2, [3])}) == {"a": 2, "b": (3, [4])}
 
 
 def test_a_time_fn_without_synchronize_is_told_why():

@@ -14,12 +14,17 @@ from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import gpu as scenarios
 from grader import bench  # noqa: F401  (so the forbidden grader.bench.time_fn can be found)
+import torch.utils._pytree  # noqa: F401,E402  (so the forbidden pytree helpers can be found)
 
 _device_count = torch.cuda.device_count  # the real machine's, bound before any student code runs
 
 TRY_GPU = exercise("gpu.try_gpu", points=1)
 TRY_ALL_GPUS = exercise("gpu.try_all_gpus", points=1)
-TO_DEVICE = exercise("gpu.to_device", points=3)
+# torch's pytree helpers walk and rebuild nested containers: the whole of to_device. TreeSpec.unflatten, which
+# every one of them ends in, also refuses a spec rebuilt by hand (tree_structure(batch).unflatten(leaves)).
+PYTREE = tuple(f"torch.utils._pytree.{name}" for name in ("tree_map", "tree_map_only", "tree_map_with_path",
+                                                           "tree_unflatten", "TreeSpec.unflatten"))
+TO_DEVICE = exercise("gpu.to_device", points=3, forbid=PYTREE)
 TIME_FN = exercise("gpu.time_fn", points=3, forbid=("grader.bench.time_fn",))
 TRANSFER_BANDWIDTH = exercise("gpu.transfer_bandwidth", points=2)
 MEMORY_DELTA = exercise("gpu.memory_delta", points=2)

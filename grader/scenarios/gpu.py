@@ -469,15 +469,17 @@ def move(to_device, spec, device, non_blocking, seed):
     _leaves(batch, "batch", leaves)
     _inputs(batch, "batch", inputs)
     before = _snapshot(batch)
-    if non_blocking is None:
-        out = to_device(batch, device)
-    else:
-        out = to_device(batch, device, non_blocking=non_blocking)
-    described = {}
-    _describe(out, leaves, "batch", described)
-    report = {"output": described, "changed": _changed(before, batch, "batch"),
-              "inputs": inputs, "calls": [list(c) for c in _CALLS]}
-    del _CALLS[:]
+    try:
+        if non_blocking is None:
+            out = to_device(batch, device)
+        else:
+            out = to_device(batch, device, non_blocking=non_blocking)
+        described = {}
+        _describe(out, leaves, "batch", described)
+        report = {"output": described, "changed": _changed(before, batch, "batch"),
+                  "inputs": inputs, "calls": [list(c) for c in _CALLS]}
+    finally:  # also when to_device raised after some moves: the next scenario starts from no calls
+        del _CALLS[:]
     del batch, out
     return report
 
