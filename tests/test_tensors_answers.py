@@ -115,6 +115,8 @@ def merge_reshape(x):
 
 CORRECT = [
     ("same_storage", same_storage_ptr), ("same_storage", same_storage_base),
+    ("same_storage", lambda x, y: x.untyped_storage()._cdata == y.untyped_storage()._cdata),  # the StorageImpl
+    ("same_storage", lambda x, y: torch._C._storage_address(x) == torch._C._storage_address(y)),
     ("element_offset", element_offset_loop), ("element_offset", element_offset_sum),
     ("element_offset", element_offset_methods),
     ("broadcast_shape", broadcast_loop), ("broadcast_shape", broadcast_zip),
@@ -245,6 +247,10 @@ WRONG = [
     ("broadcast_shape", _broadcast_by_expanding),
     # no name to forbid: sizes_no_array_could_have gives shapes of 2**40 x 2**40, 2**70 and 70 dimensions
     ("broadcast_shape", _broadcast_by_meta_tensors),
+    # torch._C._is_alias_of answers the question outright: forbidden
+    ("same_storage", lambda x, y: torch._C._is_alias_of(x, y)),
+    # the same storage, offset, sizes and strides: x and x[1:] share a storage but are not "set to" each other
+    ("same_storage", lambda x, y: x.is_set_to(y)),
 ]
 
 
@@ -276,6 +282,8 @@ SHORTCUTS = [  # (exercise, answer, the public check that catches it, words of i
     ("broadcast_shape", _broadcast_by_an_alias, "same_rank", "not call numpy.broadcast_shapes"),
     ("broadcast_shape", _broadcast_by_expanding, "same_rank", "not call torch.broadcast_tensors"),
     ("broadcast_shape", _broadcast_by_meta_tensors, "sizes_no_array_could_have", "needs no tensor or array"),
+    ("same_storage", lambda x, y: torch._C._is_alias_of(x, y), "views_share_storage",
+     "not call torch._C._is_alias_of"),
 ]
 
 

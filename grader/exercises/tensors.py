@@ -12,7 +12,8 @@ from grader.scenarios import tensors as scenarios
 _broadcast_shapes = torch.broadcast_shapes  # the references, bound before any student code runs
 _matmul = torch.matmul
 
-SAME_STORAGE = exercise("tensors.same_storage", points=2)
+# torch._C._is_alias_of(x, y) answers the question outright; comparing the storages (untyped_storage()) is the lesson.
+SAME_STORAGE = exercise("tensors.same_storage", points=2, forbid=("torch._C._is_alias_of",))
 ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
 # Library routes to the broadcast shape; any other (arrays, meta tensors) fails on shapes no array can have.
 BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2,
