@@ -53,6 +53,30 @@ def mlp_per_token_params(batch, dims):
             "total": 6 * batch * params - 2 * batch * first}
 
 
+def transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    s, d = seq_len, d_model
+    return n_layers * (8 * s * d * d + 4 * s * s * d + 4 * s * d * d_ff) + 2 * s * d * vocab_size
+
+
+def transformer_loop(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    """Layer by layer, head by head, one matmul at a time."""
+    mm = lambda m, k, n: 2 * m * k * n
+    head_dim = d_model // n_heads
+    total = 0
+    for _ in range(n_layers):
+        total += sum(mm(seq_len, d_model, d_model) for _ in "qkvo")
+        for _ in range(n_heads):
+            total += mm(seq_len, head_dim, seq_len) + mm(seq_len, seq_len, head_dim)
+        total += mm(seq_len, d_model, d_ff) + mm(seq_len, d_ff, d_model)
+    return total + mm(seq_len, d_model, vocab_size)
+
+
+def transformer_per_token(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    """2 FLOPs per weight per token, plus attention's share, which grows with the context; times the tokens."""
+    weights = n_layers * (4 * d_model**2 + 2 * d_model * d_ff) + d_model * vocab_size
+    return seq_len * (2 * weights + 4 * n_layers * seq_len * d_model)
+
+
 def roofline_branch(i, p, b):
     ridge = p / b
     return i * b if i < ridge else p
@@ -69,6 +93,8 @@ CORRECT = [
     ("training_days", lambda n, d, g, p, m: 6 * n * d / (g * p * m) / SECONDS_PER_DAY),
     ("training_days", lambda n, d, g, p, m: (6 * n * d / (p * m) / g) / 3600 / 24),
     ("training_days", lambda n, d, g, p, m: 2 * 7 * (6 * n * d / (g * p * m)) / (2 * 7 * 86_400)),
+    ("transformer_flops", transformer_closed_form), ("transformer_flops", transformer_loop),
+    ("transformer_flops", transformer_per_token),
     ("arithmetic_intensity", lambda flops, nbytes: flops / nbytes),
     ("arithmetic_intensity", lambda flops, nbytes: float(flops) * (1.0 / float(nbytes))),
     ("roofline", lambda i, p, b: min(p, i * b)),
@@ -124,6 +150,70 @@ def mlp_total_is_forward(batch, dims):
 
 def mlp_tensors(batch, dims):
     return {k: torch.tensor(v) for k, v in mlp_loop(batch, dims).items()}
+
+
+def _transformer(n_layers, d, n_heads, d_ff, vocab, s, *, two=2, attention=None, mlp=None, head=None, layers=None,
+                 projections=4, embedding=0):
+    """The right count with one part changed, for the named mistakes below."""
+    attention = 2 * two * s * s * d if attention is None else attention
+    mlp = 2 * two * s * d * d_ff if mlp is None else mlp
+    head = two * s * d * vocab if head is None else head
+    per_layer = projections * two * s * d * d + attention + mlp
+    return (n_layers if layers is None else layers) * per_layer + head + embedding
+
+
+# The named mistakes of the course's issue, each with the check that catches it first and what its message says.
+TRANSFORMER_WRONG = {
+    "no factor 2 per multiply-add": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, two=1),
+                                     "a_tiny_model", "a multiply-add is 2 FLOPs"),
+    "attention scores and weighted sum forgotten": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, attention=0),
+                                                    "a_tiny_model", "weighted sum weights @ v are missing"),
+    "the causal half, s^2 / 2": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, attention=2 * s * s * d),
+                                 "a_tiny_model", "causal half"),
+    "the causal half, s (s + 1) / 2": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s,
+                                                                             attention=2 * s * (s + 1) * d),
+                                       "a_tiny_model", "causal half"),
+    "unembedding forgotten": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, head=0),
+                              "a_tiny_model", "unembedding is missing"),
+    "MLP of d_model x d_model": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, mlp=4 * s * d * d),
+                                 "a_tiny_model", "d_model x d_model"),
+    "MLP with d_ff = 4 d_model": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, mlp=16 * s * d * d),
+                                  "a_tiny_model", "d_ff = 4 x d_model"),
+    "per token, not per sequence": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s) // s,
+                                    "a_tiny_model", "per token"),
+    "one layer only": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, layers=1),
+                       "agrees_with_flop_counter", "one layer only"),
+    "output projection forgotten": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, projections=3),
+                                    "a_tiny_model", "four projections"),
+    "the embedding counted as a matmul": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s,
+                                                                                embedding=2 * s * d * v),
+                                          "a_tiny_model", "embedding counted as a matmul"),
+    "forward and backward (6N)": (lambda L, d, h, f, v, s: 3 * _transformer(L, d, h, f, v, s),
+                                  "a_tiny_model", "training step"),
+    "attention of one head only": (lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, attention=4 * s * s * (d // h)),
+                                   "a_tiny_model", "one head only"),
+    "a float": (lambda L, d, h, f, v, s: float(_transformer(L, d, h, f, v, s)), "a_tiny_model", "Python int"),
+}
+
+
+def transformer_counted_on_meta(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    """The shortcut: let torch count (on the meta device, so any size runs)."""
+    from grader.exercises.flops import _Decoder
+    model = _Decoder(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, seq_len, dtype=torch.long, device="meta"))
+    return counter.get_total_flops()
+
+
+def transformer_counted_by_module_path(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    import torch.utils.flop_counter
+    with torch.utils.flop_counter.FlopCounterMode(display=False) as counter:
+        pass
+    return transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len) + counter.get_total_flops()
+
+
+def transformer_through_floats(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    return int(float(transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len)))
 
 
 class _LyingInt(int):
@@ -194,7 +284,15 @@ WRONG = [
     ("roofline", lambda i, p, b: p if i >= 2 * p / b else i * b),
     ("roofline", lambda i, p, b: p if i >= 0.5 * p / b else i * b),
     ("roofline", lambda i, p, b: min(p, i * b) if i > 0 else p),
+    # transformer_flops: the named mistakes (TRANSFORMER_WRONG), a detour through floats (inexact past 2**53, a
+    # hidden check's sizes), all parameters x 2 per token (embeddings and all), FlopCounterMode (forbidden)
+    *[("transformer_flops", fn) for fn, _, _ in TRANSFORMER_WRONG.values()],
+    ("transformer_flops", transformer_through_floats),
+    ("transformer_flops", lambda L, d, h, f, v, s: 2 * s * (L * (4 * d * d + 2 * d * f + 9 * d + f + 4 * d)
+                                                            + 2 * v * d + s * d + 2 * d)),
+    ("transformer_flops", transformer_counted_on_meta), ("transformer_flops", transformer_counted_by_module_path),
 ]
+FLOAT_DETOURS = (WRONG[3][1], transformer_through_floats)  # wrong only past 2**53: left to the hidden checks
 
 
 @pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
@@ -218,10 +316,10 @@ def _first_failure(name, fn):
 
 
 def test_public_checks_catch_the_classic_mistakes():
-    """Every wrong answer above but one fails the public checks alone: the detour through floats, wrong only
-    past 2**53, is left to a hidden check's sizes."""
-    for index, (name, fn) in enumerate(WRONG):
-        if index != 3:
+    """Every wrong answer above but two fails the public checks alone: the detours through floats, wrong only
+    past 2**53, are left to hidden checks' sizes."""
+    for name, fn in WRONG:
+        if fn not in FLOAT_DETOURS:
             _first_failure(name, fn)
 
 
@@ -238,3 +336,50 @@ def test_the_named_mistakes_are_explained():
     assert "upside down" in _first_failure("arithmetic_intensity", lambda f, b: b / f)
     assert "smaller" in _first_failure("roofline", lambda i, p, b: max(p, i * b))
     assert "Python int" in _first_failure("matmul_flops", lambda m, k, n: float(2 * m * k * n))
+
+
+# ---------------------------------------------------------------- transformer_flops: which check, which message
+
+@pytest.mark.parametrize("mistake", list(TRANSFORMER_WRONG))
+def test_transformer_mistakes_are_named(mistake):
+    """Each named mistake fails the public checks first in the check listed, with a message that names it."""
+    fn, check, words = TRANSFORMER_WRONG[mistake]
+    r = run_exercise("flops.transformer_flops", fn)
+    failing = [c for c in r.checks if not c.passed]
+    assert failing and failing[0].name == check, [(c.name, c.message) for c in failing]
+    assert words in failing[0].message, failing[0].message
+
+
+def test_transformer_shortcut_is_refused():
+    """FlopCounterMode inside the student's function fails, under the name the notebook imported it by and under
+    its module path, and the counter works again afterwards."""
+    for fn in (transformer_counted_on_meta, transformer_counted_by_module_path):
+        message = _first_failure("transformer_flops", fn)
+        assert "must do this itself, not call torch.utils.flop_counter.FlopCounterMode" in message, message
+    with FlopCounterMode(display=False) as counter:
+        torch.randn(2, 3) @ torch.randn(3, 4)
+    assert counter.get_total_flops() == 48
+
+
+def test_transformer_floats_fail_a_hidden_check():
+    r = run_exercise("flops.transformer_flops", transformer_through_floats, hidden=True)
+    assert [c.name for c in r.checks if not c.passed] == ["huge_shapes_exactly"]
+
+
+def test_transformer_oracles_agree():
+    """The public check's literals (the tiny model, the 70B shape) are what FlopCounterMode counts on a real
+    model, and the hidden closed form agrees with it."""
+    from grader.exercises.flops import counted_transformer
+    from grader.hidden.flops import transformer_parts
+    assert counted_transformer(1, 6, 3, 7, 10, 4) == transformer_parts(1, 6, 3, 7, 10, 4)
+    assert transformer_parts(1, 6, 3, 7, 10, 4) == {"total": 2688, "projections": 1152, "attention": 384, "mlp": 672,
+                                                    "unembedding": 480}
+    shape = (80, 8192, 64, 28672, 128256, 8192)
+    assert counted_transformer(*shape, device="meta") == transformer_parts(*shape)
+    assert transformer_parts(*shape)["total"] == 1_160_706_321_809_408
+
+
+def test_transformer_stub_is_not_implemented():
+    def transformer_flops(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+        raise NotImplementedError
+    assert run_exercise("flops.transformer_flops", transformer_flops, hidden=True).status == "not_implemented"

@@ -2,7 +2,9 @@
 
 Expected values come from literals, from torch's own FlopCounterMode (bound at import, before any
 student code runs) and from properties (the ridge point, monotonicity); no function here computes
-an answer from its arguments.
+an answer from its arguments. transformer_flops is checked against FlopCounterMode on a real decoder-only
+transformer built here (`_Decoder`), whose parts the counter also reports, so a wrong count can be told
+which part went wrong.
 """
 from __future__ import annotations
 
@@ -14,16 +16,26 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from grader.expect import describe, expect, expect_equal, factor_hint, fail
+from grader.inputs import randint
 from grader.registry import exercise
 
-_Counter = FlopCounterMode  # torch's own FLOP counter: the oracle for matmul_flops and mlp_flops
+_Counter = FlopCounterMode  # torch's own FLOP counter: the oracle for matmul_flops, mlp_flops, transformer_flops
 _Linear, _Sequential, _randn, _mm = nn.Linear, nn.Sequential, torch.randn, torch.mm
 _Tensor = torch.Tensor
+_Module, _ModuleList, _LayerNorm, _Embedding, _GELU = nn.Module, nn.ModuleList, nn.LayerNorm, nn.Embedding, nn.GELU
+_ones, _zeros, _arange, _randint, _no_grad = torch.ones, torch.zeros, torch.arange, torch.randint, torch.no_grad
+_bool, _long, _bmm = torch.bool, torch.long, torch.ops.aten.bmm
+_get_threads, _set_threads = torch.get_num_threads, torch.set_num_threads
 
 MATMUL_FLOPS = exercise("flops.matmul_flops", points=1)
 MLP_FLOPS = exercise("flops.mlp_flops", points=3)
 MFU = exercise("flops.mfu", points=1)
 TRAINING_DAYS = exercise("flops.training_days", points=2)
+# Counting with torch's own counter is the shortcut: refused while the student's function runs, under any name
+# (entering the mode is refused on the class itself, so an alias bound by the notebook's imports is refused too).
+TRANSFORMER_FLOPS = exercise("flops.transformer_flops", points=3,
+                             forbid=("torch.utils.flop_counter.FlopCounterMode.__enter__",
+                                     "torch.utils.flop_counter.FlopCounterMode"))
 ARITHMETIC_INTENSITY = exercise("flops.arithmetic_intensity", points=1)
 ROOFLINE = exercise("flops.roofline", points=2)
 
@@ -210,6 +222,164 @@ def one_day_exactly(training_days):
 def two_weeks_on_eight_gpus(training_days):
     """7e9 parameters on 91.19232e9 tokens, 8 H100s at MFU 0.4: exactly two weeks, 14 days"""
     expect_days(training_days, 7e9, 91.19232e9, 8, 989.5e12, 0.4, 14.0)
+
+
+# ---------------------------------------------------------------- transformer_flops
+
+class _Block(_Module):
+    """One pre-norm decoder block, written out: Q, K, V (one fused Linear or three) and O projections, explicit
+    `q @ k.transpose` scores over the full seq x seq matrix with the causal half masked, softmax, the weighted sum,
+    and a GELU MLP d_model -> d_ff -> d_model."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, fused: bool, bias: bool, device: str) -> None:
+        super().__init__()
+        self.n_heads, self.fused = n_heads, fused
+        self.ln1, self.ln2 = _LayerNorm(d_model, device=device), _LayerNorm(d_model, device=device)
+        if fused:
+            self.qkv = _Linear(d_model, 3 * d_model, bias=bias, device=device)
+        else:
+            self.q, self.k, self.v = (_Linear(d_model, d_model, bias=bias, device=device) for _ in range(3))
+        self.o = _Linear(d_model, d_model, bias=bias, device=device)
+        self.mlp = _Sequential(_Linear(d_model, d_ff, bias=bias, device=device), _GELU(),
+                               _Linear(d_ff, d_model, bias=bias, device=device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        h = self.ln1(x)
+        q, k, v = self.qkv(h).split(d, dim=-1) if self.fused else (self.q(h), self.k(h), self.v(h))
+        q, k, v = (t.reshape(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.n_heads)        # (b, heads, s, s): every pair
+        future = _ones(s, s, dtype=_bool, device=x.device).triu(1)
+        weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)    # causal by masking, not by skipping
+        attended = (weights @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.o(attended)
+        return x + self.mlp(self.ln2(x))
+
+
+class _Decoder(_Module):
+    """A decoder-only transformer: token and position embeddings, `n_layers` blocks, a final LayerNorm and the
+    unembedding to `vocab` logits (its weight tied to the token embedding's, or its own)."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, vocab: int, seq: int, *,
+                 fused: bool = False, bias: bool = True, tied: bool = False, device: str = "cpu") -> None:
+        super().__init__()
+        self.embed, self.pos = _Embedding(vocab, d_model, device=device), _Embedding(seq, d_model, device=device)
+        self.blocks = _ModuleList([_Block(d_model, n_heads, d_ff, fused, bias, device) for _ in range(n_layers)])
+        self.ln_f = _LayerNorm(d_model, device=device)
+        self.head = _Linear(d_model, vocab, bias=False, device=device)
+        if tied:
+            self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) + self.pos(_arange(tokens.shape[1], device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def counted_transformer(n_layers: int, d_model: int, n_heads: int, d_ff: int, vocab: int, seq: int, *,
+                        fused: bool = False, bias: bool = True, tied: bool = False,
+                        device: str = "cpu") -> dict[str, int]:
+    """What FlopCounterMode counts for one forward pass of one sequence of `seq` tokens through `_Decoder`: the
+    total and its parts (the oracle: torch's counter on a real model; on the meta device only shapes exist, so
+    real sizes cost nothing)."""
+    model = _Decoder(n_layers, d_model, n_heads, d_ff, vocab, seq, fused=fused, bias=bias, tied=tied, device=device)
+    if device == "meta":
+        tokens = _zeros(1, seq, dtype=_long, device=device)
+    else:
+        tokens = _randint(0, vocab, (1, seq))
+    threads = _get_threads()
+    _set_threads(1)  # tiny matmuls: one thread is fastest, and a busy machine's other cores are not waited for
+    try:
+        with _no_grad(), _Counter(display=False) as counter:
+            model(tokens)
+    finally:
+        _set_threads(threads)
+    counts = counter.get_flop_counts()
+    total = counter.get_total_flops()
+    attention = sum(n for op, n in counts["Global"].items() if op is _bmm)   # activations x activations
+    mlp = sum(sum(ops.values()) for name, ops in counts.items() if name.endswith(".mlp"))
+    head = sum(sum(ops.values()) for name, ops in counts.items() if name.endswith(".head"))
+    return {"total": total, "attention": attention, "mlp": mlp, "unembedding": head,
+            "projections": total - attention - mlp - head}
+
+
+def _transformer_hint(got: int, want: dict[str, int], shape: tuple[int, ...]) -> str:
+    """The named mistake a wrong count matches, from the parts the counter reported (each test needs the shape to
+    tell the mistakes apart, so several shapes are checked)."""
+    n_layers, d_model, n_heads, d_ff, _, seq = shape
+    total, attention, mlp, head = want["total"], want["attention"], want["mlp"], want["unembedding"]
+    if 2 * got == total:
+        return " (half of it: a multiply-add is 2 FLOPs, a multiply and an add)"
+    if 3 * total == got:
+        return " (3 x the forward pass: that is a training step, forward and backward; count the forward pass only)"
+    if seq > 1 and got * seq == total:
+        return f" (that is per token: return the FLOPs of the whole sequence of {seq} tokens)"
+    if attention and got == total - attention:
+        return (" (the attention scores q @ k^T and the weighted sum weights @ v are missing: the two matmuls "
+                "with no weights, whose cost grows with seq_len^2)")
+    if seq > 1 and (2 * got == 2 * total - attention or 2 * seq * got == 2 * seq * total - (seq - 1) * attention):
+        return (" (only the causal half of the scores counted: the model computes every one of the seq_len x seq_len "
+                "scores and masks the future ones, and FlopCounterMode counts the full matmuls)")
+    if n_heads > 1 and got * n_heads == total * n_heads - attention * (n_heads - 1):
+        return (" (the attention matmuls of one head only: each of the n_heads heads computes its own seq_len x seq_len "
+                "scores from d_model // n_heads dimensions)")
+    if got == total - head:
+        return " (the unembedding is missing: the final d_model -> vocab_size matmul that makes the logits)"
+    if got == total + head:
+        return " (the embedding counted as a matmul: it looks up one row per token, no arithmetic)"
+    if got == total - want["projections"] // 4:
+        return " (one of the four projections is missing: Q, K, V and the output projection O after the weighted sum)"
+    if d_ff != d_model and got * d_ff == (total - mlp) * d_ff + mlp * d_model:
+        return " (the MLP counted as d_model x d_model matrices: its two matrices are d_model x d_ff and d_ff x d_model)"
+    if d_ff != 4 * d_model and got * d_ff == (total - mlp) * d_ff + mlp * 4 * d_model:
+        return " (the MLP counted with d_ff = 4 x d_model: use the d_ff given)"
+    if n_layers > 1 and got * n_layers == total - head + n_layers * head:
+        return " (one layer only: every one of the n_layers blocks does the same work)"
+    return factor_hint(got, total)
+
+
+def expect_transformer(transformer_flops, shape: tuple[int, ...], want: dict[str, int] | None = None,
+                       what_counts: str = "FlopCounterMode counts") -> None:
+    want = want or counted_transformer(*shape)
+    what = f"transformer_flops{shape}"
+    got = expect_int(transformer_flops(*shape), what)
+    if got != want["total"]:
+        fail(f"{what} returned {got:,}; {what_counts} {want['total']:,} for one sequence of {shape[-1]} tokens"
+             + _transformer_hint(got, want, shape))
+
+
+@TRANSFORMER_FLOPS.check
+def a_tiny_model(transformer_flops):
+    """1 layer, d_model 6, 3 heads, d_ff 7, vocab 10, 4 tokens: 1,152 + 384 + 672 + 480 = 2,688 FLOPs
+
+    Q, K, V and O projections 1,152, scores and weighted sum 384, MLP 672, unembedding 480."""
+    expect_transformer(transformer_flops, (1, 6, 3, 7, 10, 4),
+                       {"total": 2688, "projections": 1152, "attention": 384, "mlp": 672, "unembedding": 480},
+                       "by hand it is")
+
+
+@TRANSFORMER_FLOPS.check
+def agrees_with_flop_counter(transformer_flops):
+    """small decoder-only transformers built here (explicit attention matmuls, causal mask), counted by FlopCounterMode
+
+    Pre-norm blocks with LayerNorm, fused or separate Q, K, V, a GELU MLP, tied or untied unembedding."""
+    shapes = [(2, 12, 3, 20, 17, 9), (3, 8, 2, 48, 5, 16), (1, 6, 1, 7, 50, 2)]
+    for _ in range(3):
+        heads = randint(1, 4)
+        shapes.append((randint(1, 3), heads * randint(1, 6), heads, randint(1, 40), randint(2, 40), randint(2, 12)))
+    for i, shape in enumerate(shapes):
+        expect_transformer(transformer_flops, shape, counted_transformer(*shape, fused=i % 2 == 1, tied=i % 3 == 0))
+
+
+@TRANSFORMER_FLOPS.check(timeout=10)
+def a_70b_shape_at_once(transformer_flops):
+    """Llama 3 70B's sizes (80 layers, d_model 8192, 64 heads, d_ff 28672, vocab 128256), 8192 tokens: an exact int
+
+    1,160,706,321,809,408 FLOPs in this chapter's block, computed by arithmetic at once: far too big a model to run."""
+    expect_transformer(transformer_flops, (80, 8192, 64, 28672, 128256, 8192), {
+        "total": 1_160_706_321_809_408, "projections": 351_843_720_888_320, "attention": 175_921_860_444_160,
+        "mlp": 615_726_511_554_560, "unembedding": 17_214_228_922_368}, "counted on the meta device, it is")
 
 
 # ---------------------------------------------------------------- arithmetic_intensity and roofline

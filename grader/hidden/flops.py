@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 from grader.exercises.flops import (ARITHMETIC_INTENSITY, MATMUL_FLOPS, MFU, MLP_FLOPS, ROOFLINE, TRAINING_DAYS,
-                                    _Counter, expect, expect_days, expect_intensity, expect_matmul, expect_mfu,
-                                    expect_mlp, expect_number, expect_roofline)
+                                    TRANSFORMER_FLOPS, _Counter, counted_transformer, expect, expect_days,
+                                    expect_int, expect_intensity, expect_matmul, expect_mfu, expect_mlp, expect_number,
+                                    expect_roofline, expect_transformer)
 from grader.inputs import randint
 
 _Linear, _Sequential, _empty = nn.Linear, nn.Sequential, torch.empty
@@ -33,6 +34,21 @@ def mfu(flops: float, seconds: float, peak_flop_per_sec: float) -> float:
 def training_days(num_params: float, num_tokens: float, num_gpus: int, peak_flop_per_sec: float,
                   mfu: float) -> float:
     return 6 * num_params * num_tokens / (num_gpus * peak_flop_per_sec * mfu) / SECONDS_PER_DAY
+
+
+def transformer_parts(n_layers: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
+                      seq_len: int) -> dict[str, int]:
+    """The forward matmuls of one sequence, part by part, in closed form (n_heads splits d_model; it adds nothing)."""
+    s, d = seq_len, d_model
+    parts = {"projections": n_layers * 4 * (2 * s * d * d),       # Q, K, V, O: (s, d) @ (d, d) each
+             "attention": n_layers * 2 * (2 * s * s * d),         # (s, d/h) @ (d/h, s) and (s, s) @ (s, d/h), h heads
+             "mlp": n_layers * 2 * (2 * s * d * d_ff),            # (s, d) @ (d, d_ff) and (s, d_ff) @ (d_ff, d)
+             "unembedding": 2 * s * d * vocab_size}               # (s, d) @ (d, vocab)
+    return {"total": sum(parts.values()), **parts}
+
+
+def transformer_flops(n_layers: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int, seq_len: int) -> int:
+    return transformer_parts(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len)["total"]
 
 
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
@@ -123,6 +139,63 @@ def scales_as_it_should(training_days_):
         got = expect_number(training_days_(*args), f"training_days{args}")
         expect(abs(got - factor * base) <= 1e-6 * factor * base,
                f"training_days{args} returned {got:.5g}, expected {factor} x {base:.5g}")
+
+
+# ---------------------------------------------------------------- transformer_flops
+
+def _random_small_shape() -> tuple[int, int, int, int, int, int]:
+    heads = randint(1, 5)
+    return randint(1, 4), heads * randint(1, 5), heads, randint(1, 48), randint(1, 64), randint(1, 20)
+
+
+@TRANSFORMER_FLOPS.hidden
+def random_small_models(transformer_flops_):
+    """random small models, one head to one dimension per head, 1 to 20 tokens, against FlopCounterMode
+
+    Fused or separate Q, K, V; biases or none; tied or untied unembedding."""
+    shapes = [(1, 5, 5, 3, 7, 4), (2, 6, 1, 6, 6, 6), (3, 10, 2, 4, 3, 1), (1, 1, 1, 1, 1, 1)]
+    shapes += [_random_small_shape() for _ in range(8)]
+    for shape in shapes:
+        want = counted_transformer(*shape, fused=randint(0, 1) == 1, bias=randint(0, 1) == 1, tied=randint(0, 1) == 1)
+        assert want == transformer_parts(*shape), "the grader's two references disagree"
+        expect_transformer(transformer_flops_, shape, want)
+
+
+@TRANSFORMER_FLOPS.hidden
+def one_token(transformer_flops_):
+    """a single token: the attention matmuls are (1, d/h) @ (d/h, 1) and (1, 1) @ (1, d/h) per head, still counted"""
+    for shape in ((1, 8, 2, 16, 11, 1), (4, 12, 3, 30, 50, 1)):
+        expect_transformer(transformer_flops_, shape, counted_transformer(*shape))
+
+
+@TRANSFORMER_FLOPS.hidden
+def real_shapes_on_meta(transformer_flops_):
+    """GPT-2 small and wider models at long contexts, counted by FlopCounterMode on the meta device"""
+    for shape in ((12, 768, 12, 3072, 50257, 1024), (2, 4096, 32, 11008, 32000, 4096),
+                  (1, 1600, 25, 6400, 50257, 16384)):
+        want = counted_transformer(*shape, device="meta")
+        assert want == transformer_parts(*shape), "the grader's two references disagree"
+        expect_transformer(transformer_flops_, shape, want)
+
+
+@TRANSFORMER_FLOPS.hidden
+def huge_shapes_exactly(transformer_flops_):
+    """random shapes up to 200 layers, d_model 32768, vocab 10^6 and 10^6 tokens: exact ints past 2**53"""
+    for _ in range(20):
+        heads = 2 ** randint(0, 7)
+        shape = (randint(1, 200), heads * randint(1, 256), heads, randint(1, 131072), randint(1, 10**6),
+                 randint(1, 10**6))
+        expect_transformer(transformer_flops_, shape, transformer_parts(*shape), "the count is")
+
+
+@TRANSFORMER_FLOPS.hidden
+def heads_split_the_width(transformer_flops_):
+    """the number of heads does not change the count: 1, 2, 3, 4, 6, 8, 12, 24 or 48 heads of a 48-wide model"""
+    counts = {h: expect_int(transformer_flops_(3, 48, h, 100, 70, 33), f"transformer_flops(3, 48, {h}, 100, 70, 33)")
+              for h in (1, 2, 3, 4, 6, 8, 12, 24, 48)}
+    expect(len(set(counts.values())) == 1,
+           f"transformer_flops(3, 48, heads, 100, 70, 33) changes with the number of heads: {counts}; heads split "
+           "d_model into n_heads slices of d_model // n_heads, so the matmuls do the same work")
 
 
 # ---------------------------------------------------------------- arithmetic_intensity and roofline
