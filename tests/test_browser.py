@@ -111,6 +111,46 @@ def lab(student_release, tmp_path_factory):
                 pass
 
 
+PROMPTS = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell')].map(c => {
+    const p = c.querySelector('.jp-InputPrompt'); const e = c.querySelector('.jp-InputArea-editor');
+    return [p ? p.textContent.trim() : '', e ? e.textContent.trim().slice(0, 60) : '']; })"""
+
+
+def run_all_cells(page) -> None:
+    """Run > Run All Cells, as a student clicks it."""
+    page.click("li.lm-MenuBar-item >> text=Run")
+    page.click(".lm-Menu-item >> text=Run All Cells")
+
+
+def wait_for_every_cell(page, path: str, stall_s: float = 150, limit_s: float = 480) -> None:
+    """Wait until every code cell shows an execution count. The deadline moves while cells keep finishing
+    (the machine runs other tests beside this one); a run that stops moving fails naming the cell it sits on."""
+    start = last_move = time.time()
+    done_before, clicked_again = -1, False
+    while True:
+        prompts = page.evaluate(PROMPTS)
+        waiting = [src for p, src in prompts if not re.fullmatch(r"\[\d+\]:?", p)]
+        done = len(prompts) - len(waiting)
+        if prompts and done == len(prompts):
+            return
+        now = time.time()
+        if done != done_before:
+            done_before, last_move = done, now
+        busy = [src for p, src in prompts if "*" in p]
+        if not busy and done == 0 and now - start > 30 and not clicked_again:
+            run_all_cells(page)  # the first click never reached the notebook (nothing queued, nothing ran)
+            clicked_again, last_move = True, now
+        if now - last_move > stall_s or now - start > limit_s:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "stalled.png"))
+            status = page.evaluate("""() => { const i = document.querySelector(
+                '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator'); return i && i.dataset.status; }""")
+            raise AssertionError(f"{path}: {done}/{len(prompts)} code cells ran in {now - start:.0f} s, none for "
+                                 f"{now - last_move:.0f} s; kernel {status!r}; running: {busy[:1] or 'nothing'}; "
+                                 f"first not run: {waiting[:1]}")
+        time.sleep(1)
+
+
 def open_and_run_all(page, url: str, path: str) -> None:
     """Open a notebook as a student would, then Run > Run All Cells, and wait until every code cell ran."""
     page.goto(f"{url}/lab/tree/{path}?token={TOKEN}&reset")  # reset: only this notebook open
@@ -119,11 +159,8 @@ def open_and_run_all(page, url: str, path: str) -> None:
         """() => { const t = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-NotebookPanel-toolbar');
                    const i = t && t.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
                    return t && i && t.innerText.includes('Python (resource accounting)'); }""", timeout=90_000)
-    page.click("li.lm-MenuBar-item >> text=Run")
-    page.click(".lm-Menu-item >> text=Run All Cells")
-    page.wait_for_function(
-        """() => { const p = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
-                   return p.length > 0 && p.every(e => /\\[\\d+\\]/.test(e.textContent)); }""", timeout=240_000)
+    run_all_cells(page)
+    wait_for_every_cell(page, path)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
     page.keyboard.press("Control+s")
     page.wait_for_function("() => !document.querySelector('.jp-mod-current .jp-mod-dirty')", timeout=30_000)
