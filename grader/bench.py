@@ -7,7 +7,9 @@ How `time_fn` measures, and why:
   the block size grows by powers of 10 until one block lasts at least `min_block_seconds`, each block
   is timed as a whole with `timeit.default_timer` (Python's garbage collector off, as
   `timeit` does), and the result is the median over `reps` blocks of block time / block size.
-  On a device that is neither CPU nor CUDA the block ends with a synchronize.
+  On a device that is neither CPU nor CUDA (Apple's MPS) the warm-up ends with a synchronize and so
+  does every block, before its clock is read: Metal queues work as CUDA does, and MPS has no timing
+  events every torch version offers, so the host clock brackets finished work.
 * CUDA: like `triton.testing.do_bench`. Kernels are asynchronous, so host clocks would measure
   launch time; instead each rep records a pair of CUDA events around ONE call and the
   device is synchronized once at the end. With `flush_l2=True` (the default) a 256 MB buffer
@@ -30,12 +32,13 @@ from typing import Callable
 
 import torch
 
-from grader import cpuinfo, specs
+from grader import applegpu, cpuinfo, specs
 
 __all__ = [
     "MatmulTiming",
     "default_device",
     "device_name",
+    "mps_available",
     "synchronize",
     "time_fn",
     "time_matmul",
@@ -53,9 +56,17 @@ _TARGET_SECONDS = 0.1
 _MAX_AUTO_REPS = 10_000
 
 
+def mps_available() -> bool:
+    """Whether an Apple silicon GPU (torch's `mps` device) can run work here."""
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
 def default_device() -> torch.device:
-    """The device the course's measurements run on by default: CUDA when present, else CPU."""
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    """The device the course's measurements run on by default: CUDA, else Apple's MPS, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("mps") if mps_available() else torch.device("cpu")
 
 
 def _as_device(device: torch.device | str | None) -> torch.device:
@@ -76,6 +87,9 @@ def synchronize(device: torch.device | str | None = None) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         return
+    if dev.type == "mps":
+        torch.mps.synchronize()  # waits for every queued Metal command buffer
+        return
     backend = getattr(torch, dev.type, None)
     sync = getattr(backend, "synchronize", None)
     if callable(sync):
@@ -91,6 +105,9 @@ def device_name(device: torch.device | str | None = None) -> str:
         return torch.cuda.get_device_name(dev)
     if dev.type == "cpu":
         return cpuinfo.cpu_info().model
+    if dev.type == "mps":
+        gpu = applegpu.apple_gpu()
+        return gpu.name if gpu is not None else "Apple GPU (mps)"
     return dev.type
 
 

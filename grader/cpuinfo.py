@@ -197,7 +197,8 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _sysctl(name: str) -> str | None:
+def sysctl(name: str) -> str | None:
+    """`sysctl -n name` on macOS (and BSDs); None where it is absent or says nothing."""
     try:
         out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=2)
     except (OSError, subprocess.SubprocessError):
@@ -207,17 +208,17 @@ def _sysctl(name: str) -> str | None:
 
 def _macos_info(threads: int, machine: str) -> CpuInfo:
     """macOS has no /proc: sysctl gives the model, and a clock only on Intel Macs."""
-    model = _sysctl("machdep.cpu.brand_string") or f"{machine} CPU"
+    model = sysctl("machdep.cpu.brand_string") or f"{machine} CPU"
     flags = set()
     for key in ("machdep.cpu.features", "machdep.cpu.leaf7_features"):
-        flags |= {f.lower().replace(".", "_") for f in (_sysctl(key) or "").split()}
+        flags |= {f.lower().replace(".", "_") for f in (sysctl(key) or "").split()}
     # sysctl spells them AVX512F, AVX2, FMA; Apple silicon reports none, and no clock.
-    hz = _sysctl("hw.cpufrequency_max")
+    hz = sysctl("hw.cpufrequency_max")
     ghz = ghz_from_model(model)
     if ghz is None and hz and hz.isdigit():
         ghz = int(hz) / 1e9
     simd, lanes = simd_from_flags(flags, machine)
-    physical = _sysctl("hw.physicalcpu")
+    physical = sysctl("hw.physicalcpu")
     cores = min(threads, int(physical)) if physical and physical.isdigit() else threads
     return CpuInfo(model=model, cores=max(1, cores), ghz=ghz, simd=simd,
                    fma_units=FMA_UNITS, fp32_lanes=lanes)
@@ -225,4 +226,4 @@ def _macos_info(threads: int, machine: str) -> CpuInfo:
 
 __all__ = ["CpuInfo", "cpu_info", "cpu_peak_flops", "estimate_flops", "info_from_text",
            "parse_proc_cpuinfo", "ghz_from_model", "ghz_from_max_freq", "simd_from_flags",
-           "describe", "FMA_UNITS"]
+           "describe", "sysctl", "FMA_UNITS"]

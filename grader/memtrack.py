@@ -1,7 +1,7 @@
 """How many bytes of tensors are alive at once: the peak of a piece of code, on a CPU as on a GPU.
 
-On CUDA the caching allocator keeps the statistic (`torch.cuda.max_memory_allocated`). A CPU has no such
-counter, so `track_memory` watches every tensor the code's operations produce (a TorchDispatchMode sees
+On CUDA the caching allocator keeps the statistic (`torch.cuda.max_memory_allocated`). A CPU, and Apple's
+MPS (whose `torch.mps.current_allocated_memory` keeps no peak), have no such counter, so `track_memory` watches every tensor the code's operations produce (a TorchDispatchMode sees
 them all, the backward pass included) and every storage's end (a weakref finalizer fires when the storage
 is really freed, however many views shared it), and keeps the running total and its peak. Both count
 bytes of tensor storage the code allocated; neither counts what was alive before it started.
@@ -80,7 +80,7 @@ class _Watcher(TorchDispatchMode):
 
 
 class track_memory:
-    """Context manager measuring the tensor bytes the block allocates on `device` (CPU or CUDA)."""
+    """Context manager measuring the tensor bytes the block allocates on `device` (CPU, CUDA or MPS)."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)

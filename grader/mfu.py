@@ -22,6 +22,8 @@ CPU_SIZES = (256, 512, 1024)
 CUDA_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 CPU_DTYPES = ("float32", "float64", "bfloat16")
 CUDA_DTYPES = ("float32", "tf32", "bfloat16", "float16")
+MPS_SIZES = (256, 512, 1024, 2048, 4096)
+MPS_DTYPES = ("float32", "float16", "bfloat16")  # MPS has no float64
 
 # Names accepted by --dtypes, mapped to the canonical label used in the table and plot.
 _ALIASES = {
@@ -89,6 +91,8 @@ def _tf32(enabled: bool) -> Iterator[None]:
 
 
 def _default_dtypes(device: torch.device) -> list[str]:
+    if device.type == "mps":
+        return list(MPS_DTYPES)
     if device.type != "cuda":
         return list(CPU_DTYPES)
     dtypes = list(CUDA_DTYPES)
@@ -126,6 +130,8 @@ def _run_dtype(label: str, sizes: Sequence[int], device: torch.device, reps: int
         finally:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+            elif device.type == "mps":
+                torch.mps.empty_cache()
         run.timings.append(timing)
     return run
 
@@ -230,7 +236,7 @@ def _console() -> Console:
 def main(argv: list[str] | None = None) -> int:
     """Time matmuls per dtype on one device, print the MFU table, optionally save a plot."""
     parser = argparse.ArgumentParser(prog="python -m grader mfu", description=__doc__.splitlines()[0])
-    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: cuda, else mps, else cpu)")
     parser.add_argument("--sizes", type=_parse_sizes, help="comma-separated square sizes (default: by device)")
     parser.add_argument("--dtypes", type=_parse_dtypes, help="comma-separated dtypes, e.g. float32,tf32,bfloat16")
     parser.add_argument("--plot", type=Path, help="save a PNG of achieved TFLOP/s against size here")
@@ -246,15 +252,17 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device(args.device) if args.device else bench.default_device()
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("CUDA was asked for, but torch.cuda.is_available() is False")
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"only cpu and cuda devices are supported, got {device.type}")
+        if device.type == "mps" and not bench.mps_available():
+            raise ValueError("MPS was asked for, but torch.backends.mps.is_available() is False")
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"only cpu, cuda and mps devices are supported, got {device.type}")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     except (RuntimeError, ValueError) as exc:
         console.print(f"[red]bad --device {args.device!r}: {exc}[/red]")
         return 2
 
-    sizes = args.sizes or list(CUDA_SIZES if device.type == "cuda" else CPU_SIZES)
+    sizes = args.sizes or list({"cuda": CUDA_SIZES, "mps": MPS_SIZES}.get(device.type, CPU_SIZES))
     labels = args.dtypes or _default_dtypes(device)
     name = bench.device_name(device)
 
@@ -262,6 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         props = torch.cuda.get_device_properties(device)
         console.print(f"Device: {device} - {name} ({props.multi_processor_count} SMs)")
         console.print("Peaks are dense (no sparsity) datasheet numbers from grader.specs.")
+    elif device.type == "mps":
+        console.print(f"Device: mps - {name}")
+        peak = specs.device_peak(device, torch.float32)
+        if peak is None:
+            console.print("No peak is known for this Apple GPU: the MFU column stays empty.")
+        elif peak.estimate:
+            console.print(f"Apple GPU peaks are estimates, so read MFU as a rough guide: {peak.source}")
+        console.print("On MPS, time_fn brackets each block with torch.mps.synchronize (no CUDA events, no TF32, "
+                      "no float8).")
     else:
         console.print(f"Device: cpu - {name}, {torch.get_num_threads()} threads")
         peak = specs.device_peak(device, torch.float32)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grader import cpuinfo
+from grader import applegpu, cpuinfo
 
 DTYPE_KEYS = ("float64", "float32", "tf32", "bfloat16", "float16", "float8_e4m3fn",
               "float8_e5m2", "int8")
@@ -313,9 +313,8 @@ def peak_flops(device_name: str, dtype: torch.dtype | str, *, tf32: bool | None 
 
 def device_peak(device: torch.device | str | None, dtype: torch.dtype | str, *,
                 tf32: bool | None = None) -> Peak | None:
-    """The peak for a live device: the table for CUDA, an estimate for the CPU; None if unknown.
-
-    device=None means the current CUDA device when CUDA is available, else the CPU.
+    """The peak for a live device: the table for CUDA, an estimate for the CPU and for Apple's GPU
+    (`mps`); None if unknown. device=None means the current CUDA device when CUDA is available, else the CPU.
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -333,6 +332,8 @@ def device_peak(device: torch.device | str | None, dtype: torch.dtype | str, *,
             return None
         return Peak(flops, info.model, "CPU (estimate)", key, True,
                     cpuinfo.describe(info, key))
+    if device.type == "mps":
+        return _apple_peak(dtype_key(dtype, tf32=False))
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -343,6 +344,17 @@ def device_peak(device: torch.device | str | None, dtype: torch.dtype | str, *,
     if spec is None or key is None or key not in spec.peaks:
         return None
     return Peak(spec.peaks[key], name, spec.name, key, False, spec.source)
+
+
+def _apple_peak(key: str | None) -> Peak | None:
+    """This Mac's GPU: Apple's published figure or an estimate (grader.applegpu), marked as such."""
+    gpu = applegpu.apple_gpu()
+    flops = applegpu.estimate_flops(gpu, key) if gpu is not None and key is not None else None
+    if flops is None:
+        return None
+    published = (gpu.chip, gpu.cores) in applegpu.PUBLISHED
+    return Peak(flops, gpu.name, f"Apple {gpu.chip} GPU" + ("" if published else " (estimate)"), key,
+                not published, applegpu.describe(gpu, key))
 
 
 def memory_bandwidth(device: torch.device | str | None) -> float | None:
