@@ -2,12 +2,50 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
-# Statuses of one check and of an exercise. Memory and crashed come from grading in a separate
-# kernel; missing, invalid and tampered are decided about a whole notebook.
+
+class Status(StrEnum):
+    """How a check or an exercise ended: the identifier grades.csv keeps, the words a student reads, the tone
+    it is shown in, whether its message sums up the checks, and whether it scores 0 whatever the checks say.
+
+    A StrEnum, so a status read back from JSON as a plain string still compares equal to its member.
+    """
+
+    words: str
+    tone: str
+    from_checks: bool
+    scores_zero: bool
+
+    def __new__(cls, value: str, words: str, tone: str, from_checks: bool, scores_zero: bool) -> "Status":
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.words, member.tone, member.from_checks, member.scores_zero = words, tone, from_checks, scores_zero
+        return member
+
+    PASSED = "passed", "Passed", "ok", True, False
+    FAILED = "failed", "Failed", "bad", True, False
+    ERROR = "error", "Your code raised an error", "bad", True, False
+    TIMEOUT = "timeout", "Timed out", "warn", True, False
+    MEMORY = "memory", "Out of memory", "warn", True, False              # grading only: a kernel's limit
+    CRASHED = "crashed", "The kernel crashed", "bad", True, False        # grading only: the kernel died
+    NOT_IMPLEMENTED = "not_implemented", "Not implemented yet", "muted", True, False
+    MISSING = "missing", "Missing", "muted", False, True                 # decided about a whole notebook
+    INVALID = "invalid", "Notebook unreadable", "bad", False, True
+    TAMPERED = "tampered", "Tampering detected", "bad", False, True
+
+    @classmethod
+    def of(cls, value: str) -> "Status | None":
+        """The member for an identifier read from a record, or None for one this grader does not know."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+
 PASSED, FAILED, ERROR, TIMEOUT, NOT_IMPLEMENTED, MISSING = (
-    "passed", "failed", "error", "timeout", "not_implemented", "missing")
-MEMORY, CRASHED, INVALID, TAMPERED = "memory", "crashed", "invalid", "tampered"
+    Status.PASSED, Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.NOT_IMPLEMENTED, Status.MISSING)
+MEMORY, CRASHED, INVALID, TAMPERED = Status.MEMORY, Status.CRASHED, Status.INVALID, Status.TAMPERED
 
 
 @dataclass

@@ -131,7 +131,7 @@ def test_feedback_html_is_escaped_and_self_contained():
     assert "4 / 5" in page
     for student in ("alice", "Zoë Ñúñez", EVIL):
         page = feedback_html(student, by_student(records, student))
-        assert "tampered, missing or invalid scores 0" in page
+        assert "missing, invalid or tampered scores 0" in page
         for g in (g for r in by_student(records, student) for g in r.grades):
             assert f"<code>{g.exercise.partition('.')[2]}</code>" in page
     alice = feedback_html("alice", by_student(records, "alice"))
@@ -211,3 +211,16 @@ def test_outputs_are_byte_identical_across_runs_and_input_orders(tmp_path):
     write_all(tmp_path / "a", cohort(), STUDENTS)
     assert snapshot(tmp_path / "a") == first
     assert all(p.stat().st_mtime_ns == 10**18 for p in (tmp_path / "a").rglob("*") if p.is_file())
+
+
+def test_every_status_is_declared_once_with_its_words_and_a_styled_tone():
+    """One Status type: a status read back from a saved record (a plain string) is its member, and every tone
+    has a colour in the page's CSS (a new status with no tone or words would show as a raw identifier)."""
+    from grader.autograde.report import _CSS
+    from grader.results import Status
+    for status in Status:
+        assert status.words and status.words != status.value
+        assert f".{status.tone}{{" in _CSS
+        assert Status.of(json.loads(json.dumps(status))) is status
+    assert Status.of("no-such-status") is None
+    assert {s.value for s in Status if s.scores_zero} == {"missing", "invalid", "tampered"}

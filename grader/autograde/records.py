@@ -7,16 +7,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-# Every status an exercise can end with (grades.csv `status`).
-STATUSES = ("passed", "failed", "error", "timeout", "memory", "crashed", "not_implemented",
-            "missing", "invalid", "tampered")
-
 
 @dataclass
 class CheckRecord:
     name: str
     description: str
-    status: str
+    status: str           # a grader.results.Status identifier
     message: str          # for a hidden check only the short pass/fail summary (CheckResult.shown_message)
     hidden: bool
 

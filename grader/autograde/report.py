@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
 from grader.chapters import NOTEBOOKS
+from grader.results import Status
 
 if TYPE_CHECKING:   # adjust.py imports the records and collect.py, not this module; only the type is needed here
     from grader.autograde.adjust import Adjustments
@@ -25,16 +26,21 @@ if TYPE_CHECKING:   # adjust.py imports the records and collect.py, not this mod
 
 GRADES_HEADER = ("student", "chapter", "exercise", "score", "max_score", "status", "message")
 SCORING_NOTE = ("Each exercise scores its points times the weighted fraction of its checks that passed; "
-                "an exercise marked tampered, missing or invalid scores 0.")
-# Words for each status, as a student reads them (grades.csv keeps the identifiers, for scripts).
-STATUS_WORDS = {
-    "passed": "Passed", "failed": "Failed", "error": "Your code raised an error", "timeout": "Timed out",
-    "memory": "Out of memory", "crashed": "The kernel crashed", "not_implemented": "Not implemented yet",
-    "missing": "Missing", "invalid": "Notebook unreadable", "tampered": "Tampering detected",
-}
-# Statuses whose message is a summary of the checks (the page shows the checks instead of repeating it).
-_FROM_CHECKS = ("passed", "failed", "error", "timeout", "memory", "crashed", "not_implemented")
-_TONE = {"passed": "ok", "timeout": "warn", "memory": "warn", "not_implemented": "muted", "missing": "muted"}
+                "an exercise marked " + " or ".join(", ".join(s.value for s in Status if s.scores_zero).rsplit(", ", 1))
+                + " scores 0.")
+
+
+def _words(status: str) -> str:
+    """What a student reads for a status (an identifier this grader does not know is shown as is)."""
+    known = Status.of(status)
+    return known.words if known is not None else status
+
+
+def _tone(status: str) -> str:
+    known = Status.of(status)
+    return known.tone if known is not None else "bad"
+
+
 # Colours as in the notebook (grader/feedback.py); a class is picked here, never taken from a record.
 _CSS = """*{box-sizing:border-box}
 body{font:16px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:46rem;margin:0 auto;padding:1rem;color:#1f2328}
@@ -170,7 +176,7 @@ def _late_cell(lateness: Lateness | None, raw: float) -> str:
 def _check_line(c: CheckRecord) -> str:
     """'✓ description' or '✗ description: message'; a hidden check's message is already only a summary."""
     desc = c.description + (" (hidden)" if c.hidden else "")
-    if c.status == "passed":
+    if c.status == Status.PASSED:
         return f"✓ {desc}"
     return f"✗ {desc}: {c.message}" if c.message else f"✗ {desc}"
 
@@ -182,9 +188,9 @@ def _test_name(g: ExerciseGrade) -> str:
 
 def summary(g: ExerciseGrade) -> str:
     """One sentence for the exercise: how many checks passed, or, when no check could say, the grader's message."""
-    if g.checks and g.status in _FROM_CHECKS:
-        passed = sum(c.status == "passed" for c in g.checks)
-        if g.status == "not_implemented":
+    if g.checks and (status := Status.of(g.status)) is not None and status.from_checks:
+        passed = sum(c.status == Status.PASSED for c in g.checks)
+        if g.status == Status.NOT_IMPLEMENTED:
             return "Not written yet: the function still raises NotImplementedError."
         return f"All {passed} checks passed." if passed == len(g.checks) else f"{passed} of {len(g.checks)} checks passed."
     return g.message
@@ -202,13 +208,13 @@ def results_json(student: str, records: Sequence[NotebookRecord], adjust: Adjust
     if adjust is not None:
         score = _round(sum(_adjusted_chapter(student, r, adjust)[1] for r in records))
     max_score = _round(sum(g.max_score for g in grades))
-    passed = sum(g.status == "passed" for g in grades)
+    passed = sum(g.status == Status.PASSED for g in grades)
     tests = [{
         "name": _test_name(g),
         "score": _round(g.score),
         "max_score": _round(g.max_score),
-        "status": "passed" if g.status == "passed" else "failed",
-        "output": "\n".join([f"{STATUS_WORDS.get(g.status, g.status)}. {summary(g)}", *map(_check_line, g.checks)]),
+        "status": "passed" if g.status == Status.PASSED else "failed",
+        "output": "\n".join([f"{_words(g.status)}. {summary(g)}", *map(_check_line, g.checks)]),
         "visibility": "visible",
         "extra_data": {"status": g.status, "chapter": g.chapter, "exercise": g.exercise},
     } for g in grades]
@@ -242,7 +248,7 @@ def _adjusted_chapter(student: str, r: NotebookRecord, adjust: Adjustments) -> t
 def _override_words(g: ExerciseGrade, reason: str) -> str:
     """What the student reads about an overridden exercise."""
     return (f"Score set by your instructor: {reason} "
-            f"(the grader gave {_num(g.score)} of {_num(g.max_score)}: {STATUS_WORDS.get(g.status, g.status)}).")
+            f"(the grader gave {_num(g.score)} of {_num(g.max_score)}: {_words(g.status)}).")
 
 
 def _exercise_number(g: ExerciseGrade) -> str:
@@ -255,23 +261,23 @@ def _exercise_number(g: ExerciseGrade) -> str:
 
 def _exercise_html(g: ExerciseGrade, adjust: Adjustments | None = None) -> str:
     e = html.escape
-    tone = _TONE.get(g.status, "bad")
+    tone = _tone(g.status)
     name = g.exercise.partition(".")[2] or g.exercise
     o = adjust.override(g) if adjust is not None else None
     score = g.score if o is None else o.score
     parts = [f'<article class="exercise"><h3><span>{e(_exercise_number(g))} · <code>{e(name)}</code></span>'
-             f'<span class="badge {tone}">{e(STATUS_WORDS.get(g.status, g.status))}</span>'
+             f'<span class="badge {tone}">{e(_words(g.status))}</span>'
              + ('<span class="badge muted">Score set by your instructor</span>' if o is not None else "")
              + f'<span class="points">{_num(score)} / {_num(g.max_score)}</span></h3>',
              *([f'<p class="summary warn">{e(_override_words(g, o.reason))}</p>'] if o is not None else []),
              f'<p class="summary">{e(summary(g))}</p>']
-    if g.checks and g.status not in ("not_implemented",):
+    if g.checks and g.status != Status.NOT_IMPLEMENTED:
         items = []
         for c in g.checks:
-            ctone = _TONE.get(c.status, "bad")
-            mark = "✓" if c.status == "passed" else "✗"
+            ctone = _tone(c.status)
+            mark = "✓" if c.status == Status.PASSED else "✗"
             hidden = ' <span class="hidden">(hidden check)</span>' if c.hidden else ""
-            msg = f': <span class="{ctone}">{e(c.message)}</span>' if c.status != "passed" and c.message else ""
+            msg = f': <span class="{ctone}">{e(c.message)}</span>' if c.status != Status.PASSED and c.message else ""
             items.append(f'<li><span class="{ctone}">{mark}</span> {e(c.description)}{hidden}{msg}</li>')
         parts.append(f'<ul class="checks">{"".join(items)}</ul>')
     parts.append("</article>")
