@@ -1,6 +1,9 @@
 """The ten chapter notebooks, by file stem, and the short key their exercise ids use (`01_tensors` -> `tensors`)."""
 from __future__ import annotations
 
+import re
+import unicodedata
+
 NOTEBOOKS: tuple[str, ...] = (
     "01_tensors", "02_dtypes", "03_memory", "04_flops", "05_autograd",
     "06_modules", "07_initialization", "08_checkpointing", "09_gpu", "10_ddp",
@@ -34,3 +37,20 @@ def stem(key_: str) -> str:
         if key(s) == key_:
             return s
     raise KeyError(f"no chapter {key_!r}; chapters: {', '.join(NOTEBOOKS)}")
+
+
+def chapter_of(filename: str) -> str | None:
+    """The chapter stem a notebook's file name points at (`jdoe-01-Tensors (1).ipynb` -> `01_tensors`), or None
+    when it names no chapter or several. The one rule grading, the self-check and the tests share."""
+    name = unicodedata.normalize("NFC", filename.replace("\\", "/").rsplit("/", 1)[-1])  # macOS writes NFD
+    name = name[:-len(".ipynb")] if name.casefold().endswith(".ipynb") else name
+    tokens = re.findall(r"[^\W_]+", name.casefold())
+    hits = [c for c in NOTEBOOKS if _names(tokens, c)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _names(tokens: list[str], chapter: str) -> bool:
+    """Whether the tokens hold the chapter's name, not preceded by another chapter's number (`02_tensors`)."""
+    number = int(chapter.split("_", 1)[0])
+    return any(t == key(chapter) and (i == 0 or not tokens[i - 1].isdecimal() or int(tokens[i - 1]) == number)
+               for i, t in enumerate(tokens))

@@ -236,3 +236,15 @@ def test_missing_or_non_folder_submissions_raise(tmp_path):
         collect(tmp_path / "nope", tmp_path / "scratch")
     with pytest.raises(NotADirectoryError, match="is not a folder"):
         collect(write(tmp_path / "subs.zip", "x"), tmp_path / "scratch")
+
+
+@pytest.mark.parametrize("name, chapter", [
+    ("jdoe-01-tensors.ipynb", "01_tensors"), ("Ada Lovelace/01_tensors (1).ipynb", "01_tensors"),
+    ("TENSORS.IPYNB", "01_tensors"), ("hw\\03_memory.ipynb", "03_memory"), ("02_tensors.ipynb", None),
+    ("tensors_and_dtypes.ipynb", None), ("notes.ipynb", None),
+])
+def test_one_rule_names_a_notebooks_chapter(name, chapter):
+    """grader.chapters.chapter_of is the rule grading, the self-check and the tests share: a renamed upload
+    still names its chapter; a file naming two chapters, or a chapter under another's number, names none."""
+    from grader.chapters import chapter_of
+    assert chapter_of(name) == chapter

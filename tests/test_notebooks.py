@@ -14,14 +14,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import registry
+from grader import chapters, registry
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 
 
 def chapter_of(path: Path) -> str:
-    return path.stem.split("_", 1)[1]
+    """The exercise-id prefix of a solution notebook, by the one rule the grader uses."""
+    stem = chapters.chapter_of(path.name)
+    assert stem is not None, f"{path.name} names no chapter"
+    return chapters.key(stem)
 
 
 def test_there_are_chapters():

@@ -9,7 +9,6 @@ whole, because notebooks may read data files that sit next to them.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
 import unicodedata
@@ -18,7 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.chapters import NOTEBOOKS, key
+from grader.chapters import NOTEBOOKS, chapter_of
 
 MAX_MEMBERS = 2000          # entries in one zip; more is refused, not truncated
 MAX_BYTES = 512 * 2**20     # uncompressed total of the members a zip would unpack
@@ -45,7 +44,7 @@ class Submission:
         """The one notebook to grade for `chapter`, or why there is none (so a grade can say what to fix)."""
         if self.problem:
             return Found(chapter, None, "", None, self.problem)
-        candidates = [n for n in self.notebooks if _chapter_of(n) == chapter]
+        candidates = [n for n in self.notebooks if chapter_of(n) == chapter]
         if len(candidates) == 1:
             path = self._files[candidates[0]]
             return Found(chapter, path, candidates[0], path.parent, "")
@@ -59,7 +58,7 @@ class Submission:
 
     def chapters(self) -> list[str]:
         """Chapters with at least one candidate notebook, in course order (to know what was attempted)."""
-        matched = {_chapter_of(n) for n in self.notebooks}
+        matched = {chapter_of(n) for n in self.notebooks}
         return [c for c in NOTEBOOKS if c in matched]
 
 
@@ -104,21 +103,6 @@ def _nfc(text: str) -> str:
 def _skipped(name: str) -> bool:
     """Hidden entries (`.ipynb_checkpoints`, `.DS_Store`, `._x`, `..`) and macOS metadata: not the student's work."""
     return name.startswith(".") or name == "__MACOSX"
-
-
-def _chapter_of(relpath: str) -> str | None:
-    """The chapter a notebook's file name points at, or None when it names no chapter or several."""
-    stem = _nfc(relpath.rsplit("/", 1)[-1])[:-len(".ipynb")].casefold()
-    tokens = re.findall(r"[^\W_]+", stem)
-    hits = [c for c in NOTEBOOKS if _names(tokens, c)]
-    return hits[0] if len(hits) == 1 else None
-
-
-def _names(tokens: list[str], chapter: str) -> bool:
-    """Whether the tokens hold the chapter's name, not preceded by another chapter's number (`02_tensors`)."""
-    number = int(chapter.split("_", 1)[0])
-    return any(t == key(chapter) and (i == 0 or not tokens[i - 1].isdecimal() or int(tokens[i - 1]) == number)
-               for i, t in enumerate(tokens))
 
 
 def _listing(names: list[str]) -> str:
