@@ -6,8 +6,10 @@ wrong. Its docstring's first line is what the student sees next to it.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,6 +36,7 @@ class Exercise:
     title: str = ""
     forbid: tuple[str, ...] = ()  # dotted names the student's code may not call, e.g. "torch.broadcast_shapes"
     checks: list[Check] = field(default_factory=list)
+    module: str = ""  # the module that declared it: the course's own exercises are held to the chapter rules
 
     @property
     def chapter(self) -> str:
@@ -88,13 +91,53 @@ def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None,
     elif isinstance(needs, str):
         needs = (needs,)
     ex = Exercise(id=id, points=points, needs=tuple(needs), title=title or id.split(".", 1)[1],
-                  forbid=tuple(forbid))
+                  forbid=tuple(forbid), module=sys._getframe(1).f_globals.get("__name__", ""))
     _EXERCISES[id] = ex
     return ex
 
 
+class RegistryError(RuntimeError):
+    """The course's checks are not what its chapters declare: a bug of the course, never of a student."""
+
+
+def import_chapters(package: str) -> None:
+    """Import `package.<key>` for every chapter, in chapter order; a chapter without its module is an error."""
+    from grader.chapters import NOTEBOOKS, key
+    for stem in NOTEBOOKS:
+        name = f"{package}.{key(stem)}"
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            raise RegistryError(f"chapter {stem} has no module {name}: each chapter declares its checks in "
+                                f"{package.replace('.', '/')}/{key(stem)}.py") from None
+
+
+_checked: set[str] = set()
+
+
+def _check(stage: str) -> None:
+    """Fail loudly, once per stage, where the course's own exercises break the chapter rules: an id whose prefix
+    names no chapter, a chapter that declares none, and (once hidden checks are loaded) an exercise without one."""
+    if stage in _checked:
+        return
+    from grader.chapters import NOTEBOOKS, key
+    keys = [key(s) for s in NOTEBOOKS]
+    course = [e for e in _EXERCISES.values() if e.module.startswith("grader.")]
+    problems = [f"{e.id} (declared in {e.module}) names no chapter; chapters: {', '.join(keys)}"
+                for e in course if e.chapter not in keys]
+    problems += [f"chapter {s} declares no exercise" for s in NOTEBOOKS if not any(e.chapter == key(s) for e in course)]
+    if stage == "hidden":
+        problems += [f"{e.id} has no hidden check" for e in course if not e.hidden_checks()]
+    if problems:
+        raise RegistryError("the course's checks are inconsistent:\n  " + "\n  ".join(problems))
+    _checked.add(stage)
+
+
 def _load_public() -> None:
     import grader.exercises  # noqa: F401  (registers every chapter's exercises)
+    _check("public")
 
 
 def load_hidden() -> bool:
@@ -102,12 +145,8 @@ def load_hidden() -> bool:
     _load_public()
     if not os.path.isfile(os.path.join(os.path.dirname(__file__), "hidden", "__init__.py")):
         return False  # decided by this package's own files, not by whatever else is on sys.path
-    try:
-        import grader.hidden  # noqa: F401
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("grader.hidden"):
-            return False
-        raise
+    import grader.hidden  # noqa: F401  (a chapter without its hidden module is a RegistryError)
+    _check("hidden")
     return True
 
 

@@ -1,0 +1,68 @@
+"""The loader fails loudly where the course's checks and its chapters disagree (issue 14: a misnamed hidden
+module used to drop every hidden check of its chapter, and no test failed).
+
+Each test grades nothing: it copies the `grader` package, breaks one thing the way an author might, and loads
+the registry in a fresh interpreter, which must stop with a RegistryError that names the problem.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOAD = "from grader import registry; registry.load_hidden(); print(len(registry.all_exercises()))"
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "grader", tmp_path / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def load(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", LOAD], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+
+
+def test_the_course_as_it_is_loads(package: Path) -> None:
+    run = load(package)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) > 0
+
+
+def test_a_misnamed_hidden_module_is_an_error_not_a_chapter_without_hidden_checks(package: Path) -> None:
+    (package / "grader/hidden/memory.py").rename(package / "grader/hidden/memroy.py")
+    run = load(package)
+    assert run.returncode != 0 and "RegistryError" in run.stderr
+    assert "chapter 03_memory has no module grader.hidden.memory" in run.stderr
+
+
+def test_a_missing_public_module_is_an_error(package: Path) -> None:
+    (package / "grader/exercises/dtypes.py").unlink()
+    run = load(package)
+    assert "chapter 02_dtypes has no module grader.exercises.dtypes" in run.stderr
+
+
+def test_an_exercise_id_that_names_no_chapter_is_an_error(package: Path) -> None:
+    with open(package / "grader/exercises/tensors.py", "a") as f:
+        f.write('\nTYPO = exercise("tensor.typo", points=1)\n')
+    run = load(package)
+    assert "tensor.typo (declared in grader.exercises.tensors) names no chapter" in run.stderr
+
+
+def test_an_exercise_without_a_hidden_check_is_an_error(package: Path) -> None:
+    with open(package / "grader/exercises/tensors.py", "a") as f:
+        f.write('\nEXTRA = exercise("tensors.extra", points=1)\n')
+    run = load(package)
+    assert "tensors.extra has no hidden check" in run.stderr
+
+
+def test_a_chapter_that_declares_nothing_is_an_error(package: Path) -> None:
+    (package / "grader/exercises/gpu.py").write_text('"""nothing yet"""\n')
+    (package / "grader/hidden/gpu.py").write_text('"""nothing yet"""\n')
+    run = load(package)
+    assert "chapter 09_gpu declares no exercise" in run.stderr
