@@ -80,7 +80,9 @@ _LAPTOP_SRC = ("laptop GPU: its clocks depend on the power limit the laptop make
 _LAPTOPS = ("3060", "3070", "3080", "4060", "4070", "4080", "4090", "5090")
 _P100_SRC = ("NVIDIA Tesla P100 datasheet (columns for NVLink and for PCIe), https://images.nvidia."
              "com/content/tesla/pdf/nvidia-tesla-p100-datasheet.pdf ; no tensor cores, no "
-             "sparsity; FP16 is the packed half-precision rate, which accumulates in FP16")
+             "sparsity; FP16 left out: the datasheet's half-precision figure is FP16 math with "
+             "FP16 accumulate, PyTorch's half matmuls accumulate in FP32, and no rate for that "
+             "is published")
 
 # Hopper tensor rates keep fixed ratios (TF32 = BF16/2, FP8 = INT8 = 2 x BF16), checked on
 # the SXM and PCIe columns. For the NVL boards only the BF16 figure (1,671 sparse) was seen
@@ -232,14 +234,16 @@ _SPECS: tuple[DeviceSpec, ...] = (
                "visualization/rtx-6000/ ; 91.1 TFLOPS single precision, 960 GB/s; tensor "
                f"figure (FP8) listed with sparsity: {HALVED}; FP16/BF16 = FP8 / 2 on Ada; TF32 "
                "not verified, left out", sms=142, bandwidth=960000000000.0),
-    # Pascal: no tensor cores; FP16 is the packed half-precision rate (2 x FP32), which
-    # accumulates in FP16. The PCIe boards run slower clocks than the SXM2 one; the 12 GB
-    # PCIe board has three HBM2 stacks instead of four, hence less bandwidth.
-    DeviceSpec("P100 PCIe 16GB", _peaks(fp64=4.7, fp32=9.3, fp16=18.7), _P100_SRC,
+    # Pascal: no tensor cores. The datasheet's half-precision figure (18.7 PCIe, 21.2 SXM2,
+    # 2 x FP32) is packed FP16 math accumulating in FP16; PyTorch's half matmuls accumulate in
+    # FP32, for which no rate is published, so float16 is left out rather than overstated.
+    # The PCIe boards run slower clocks than the SXM2 one; the 12 GB PCIe board has three
+    # HBM2 stacks instead of four, hence less bandwidth.
+    DeviceSpec("P100 PCIe 16GB", _peaks(fp64=4.7, fp32=9.3), _P100_SRC,
                sms=56, bandwidth=732000000000.0),
-    DeviceSpec("P100 PCIe 12GB", _peaks(fp64=4.7, fp32=9.3, fp16=18.7), _P100_SRC,
+    DeviceSpec("P100 PCIe 12GB", _peaks(fp64=4.7, fp32=9.3), _P100_SRC,
                sms=56, bandwidth=549000000000.0),
-    DeviceSpec("P100 SXM2", _peaks(fp64=5.3, fp32=10.6, fp16=21.2),
+    DeviceSpec("P100 SXM2", _peaks(fp64=5.3, fp32=10.6),
                _P100_SRC, sms=56, bandwidth=732000000000.0),
     # A China-market Hopper part with no public NVIDIA datasheet: recognised, never an H200.
     DeviceSpec("H20", {}, "no public NVIDIA datasheet for the H20; peaks unpublished, none "

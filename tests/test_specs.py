@@ -369,9 +369,11 @@ def test_new_figures_match_the_datasheets() -> None:
     # Its datasheet's one tensor figure, 1,457 FP8 with sparsity: halved, and FP16 = FP8 / 2.
     assert peak_flops("NVIDIA RTX 6000 Ada Generation", torch.float8_e4m3fn) == 1457e12 / 2
     assert peak_flops("NVIDIA RTX 6000 Ada Generation", torch.bfloat16) == 1457e12 / 4
-    # Pascal P100: no tensor cores, no bf16.
-    assert peak_flops("Tesla P100-PCIE-16GB", torch.float16) == 18.7e12
+    # Pascal P100: no tensor cores, no bf16; its 18.7 TFLOPS FP16 accumulates in FP16, which
+    # PyTorch's half matmuls do not, so float16 has no peak rather than an overstated one.
+    assert peak_flops("Tesla P100-PCIE-16GB", torch.float16) is None
     assert peak_flops("Tesla P100-PCIE-16GB", torch.float32, tf32=False) == 9.3e12
+    assert peak_flops("Tesla P100-PCIE-16GB", torch.float32, tf32=True) is None  # no TF32
     assert peak_flops("Tesla P100-PCIE-16GB", torch.float64) == 4.7e12
     assert peak_flops("Tesla P100-SXM2-16GB", torch.float64) == 5.3e12
     assert peak_flops("Tesla P100-PCIE-16GB", torch.bfloat16) is None
