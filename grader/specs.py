@@ -72,9 +72,9 @@ _GA102_SRC = ("NVIDIA Ampere GA102 GPU Architecture whitepaper v2, https://www.n
               "PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf")
 _ADA_SRC = ("NVIDIA Ada GPU Architecture whitepaper, https://images.nvidia.com/aem-dam/Solutions/"
             "Data-Center/l4/nvidia-ada-gpu-architecture-whitepaper-v2.1.pdf")
-_NO_TABLE = ("no NVIDIA whitepaper table for this card; its product page gives only rounded "
-             "shader TFLOPS and sparse FP8 AI TOPS, no dense FP16/BF16 rate with FP32 "
-             "accumulate; peaks not verified, none given")
+_NO_TABLE = ("no NVIDIA whitepaper table for this card; its product page gives only rounded or "
+             "sparse figures, no dense FP16/BF16 rate with FP32 accumulate; peaks not "
+             "verified, none given")
 _LAPTOP_SRC = ("laptop GPU: its clocks depend on the power limit the laptop maker sets, and "
                "NVIDIA publishes a range, not one peak; none given (never the desktop card's)")
 _LAPTOPS = ("3060", "3070", "3080", "4060", "4070", "4080", "4090", "5090")
@@ -193,14 +193,16 @@ _SPECS: tuple[DeviceSpec, ...] = (
     DeviceSpec("RTX 3070", _peaks(fp32=20.3, tf32=20.3, bf16=40.6, fp16=40.6),
                _GA102_SRC + ", Appendix A (GeForce RTX 3070); dense column, FP16/BF16 with "
                "FP32 accumulate; INT8 not verified, left out", sms=46, bandwidth=448000000000.0),
-    # Ada GeForce keeps the 4090's ratios: FP16/BF16 with FP32 accumulate = 2 x FP32, TF32 =
-    # FP32. FP8/INT8 for the 4080 were not checked and are left out.
+    # Ada GeForce keeps the 4090's ratios: FP16/BF16 with FP32 accumulate = 2 x FP32 (before
+    # rounding: 512 FLOP/clock/SM, 165.2 = 512 x 128 SMs x 2,520 MHz on the 4090 and 97.5 =
+    # 512 x 76 x 2,505 MHz here; third-party tables quote 97 and 97.4), TF32 = FP32. FP8/INT8
+    # for the 4080 were not checked and are left out.
     DeviceSpec("RTX 4080", _peaks(fp32=48.7, tf32=48.7, bf16=97.5, fp16=97.5),
                _ADA_SRC + ", GeForce RTX 4080 (16 GB) column; dense column, FP16/BF16 with FP32"
                " accumulate; FP8/INT8 not verified, left out", sms=76, bandwidth=716800000000.0),
     # No NVIDIA architecture whitepaper tabulates these cards, and their product pages give
-    # only rounded "shader TFLOPS" and sparse FP8 "AI TOPS", never a dense FP16/BF16 rate with
-    # FP32 accumulate: the row is there so the name is recognised, and its peak is unknown.
+    # only rounded shader TFLOPS and sparse tensor figures ("AI TOPS"), never a dense FP16/BF16
+    # rate with FP32 accumulate: the row is there so the name is recognised; its peak is unknown.
     *(DeviceSpec(name, {}, _NO_TABLE, sms=sms) for name, sms in (
         ("RTX 3060", 28), ("RTX 4060", 24), ("RTX 4060 Ti", 34), ("RTX 4070", 46),
         ("RTX 4070 Ti", 60))),
@@ -279,12 +281,12 @@ _SPECS: tuple[DeviceSpec, ...] = (
                "instinct/mi300/mi325x.html ; dense figures (no halving needed), the MI300X's",
                sms=304, bandwidth=6000000000000.0),
     # CDNA 4, 256 CUs. AMD gives the dense figures rounded (FP16/BF16 2.5 PFLOPS; its
-    # "with structured sparsity" figures are exactly 2x). AMD publishes no TF32 rate for this
+    # "with structured sparsity" figures are exactly 2x). No TF32 figure was found for this
     # part, and its FP64 figure was not checked here: both left out.
     DeviceSpec("MI355X", _peaks(fp32=157.3, bf16=2500, fp16=2500, fp8=5000, int8=5000),
                "AMD Instinct MI355X specifications, https://www.amd.com/en/products/accelerators/"
                "instinct/mi350/mi355x.html ; dense figures as AMD rounds them (no halving "
-               "needed); no TF32 published; FP64 not verified, left out",
+               "needed); TF32 and FP64 not verified, left out",
                sms=256, bandwidth=8000000000000.0),
 )
 

@@ -388,7 +388,7 @@ def test_new_figures_match_the_datasheets() -> None:
                                                                           torch.bfloat16)
     assert peak_flops("AMD Instinct MI355X", torch.bfloat16) == 2.5e15
     assert peak_flops("AMD Instinct MI355X", torch.float8_e4m3fnuz) == 5e15
-    assert peak_flops("AMD Instinct MI355X", "tf32") is None  # AMD publishes no TF32 rate
+    assert peak_flops("AMD Instinct MI355X", "tf32") is None  # no TF32 figure verified
 
 
 def test_new_bandwidths_match_the_datasheets() -> None:
