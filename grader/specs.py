@@ -7,7 +7,9 @@ device lacks, or one whose figure could not be checked against a published table
 simply absent: a missing peak is reported as unknown rather than guessed.
 
 Device names are matched as torch.cuda.get_device_name reports them, on whole tokens
-("NVIDIA A10" must never become an A100), and an unknown name gives None.
+("NVIDIA A10" must never become an A100), and an unknown name gives None. Some rows hold no
+peak at all (laptop GPUs, whose clocks the laptop maker sets; cards no vendor table covers):
+they make the name known, so it never borrows a neighbouring card's figures.
 """
 from __future__ import annotations
 
@@ -65,6 +67,22 @@ _H100_SRC = ("NVIDIA H100 Tensor Core GPU datasheet / product page, "
 _H200_SRC = ("NVIDIA H200 Tensor Core GPU datasheet / product page, "
              "https://www.nvidia.com/en-us/data-center/h200/ ; TF32/BF16/FP16/FP8/INT8 are "
              f"listed with sparsity: {HALVED}; FP64 is the FP64 Tensor Core figure")
+
+_GA102_SRC = ("NVIDIA Ampere GA102 GPU Architecture whitepaper v2, https://www.nvidia.com/content/"
+              "PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf")
+_ADA_SRC = ("NVIDIA Ada GPU Architecture whitepaper, https://images.nvidia.com/aem-dam/Solutions/"
+            "Data-Center/l4/nvidia-ada-gpu-architecture-whitepaper-v2.1.pdf")
+_NO_TABLE = ("no NVIDIA whitepaper table for this card; its product page gives only rounded or "
+             "sparse figures, no dense FP16/BF16 rate with FP32 accumulate; peaks not "
+             "verified, none given")
+_LAPTOP_SRC = ("laptop GPU: its clocks depend on the power limit the laptop maker sets, and "
+               "NVIDIA publishes a range, not one peak; none given (never the desktop card's)")
+_LAPTOPS = ("3060", "3070", "3080", "4060", "4070", "4080", "4090", "5090")
+_P100_SRC = ("NVIDIA Tesla P100 datasheet (columns for NVLink and for PCIe), https://images.nvidia."
+             "com/content/tesla/pdf/nvidia-tesla-p100-datasheet.pdf ; no tensor cores, no "
+             "sparsity; FP16 left out: the datasheet's half-precision figure is FP16 math with "
+             "FP16 accumulate, PyTorch's half matmuls accumulate in FP32, and no rate for that "
+             "is published")
 
 # Hopper tensor rates keep fixed ratios (TF32 = BF16/2, FP8 = INT8 = 2 x BF16), checked on
 # the SXM and PCIe columns. For the NVL boards only the BF16 figure (1,671 sparse) was seen
@@ -163,6 +181,91 @@ _SPECS: tuple[DeviceSpec, ...] = (
                "NVIDIA Ampere GA102 GPU Architecture whitepaper, Appendix A (GeForce RTX 3090),"
                " https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-"
                "whitepaper-v2.pdf ; dense column, FP16/BF16 with FP32 accumulate", sms=82, bandwidth=936000000000.0),
+    # The RTX 3080 and 3070 sit in the same whitepaper (3080 in the body, 3070 in Appendix A).
+    # On GA10x GeForce, FP16/BF16 with FP32 accumulate runs at 2 x and TF32 at 1 x the FP32
+    # rate (the 3090 row: 71 = 2 x 35.6). The 3080's 29.8 / 59.5 / 238 and the 3070's 20.3 /
+    # 40.6 were seen quoted and agree with that ratio; the 3070's INT8 was seen only rounded
+    # (163, against 162.6 recalled), so it is left out.
+    # The 12 GB RTX 3080 (70 SMs, 912 GB/s) reports the same name; its SM count tells it apart.
+    DeviceSpec("RTX 3080", _peaks(fp32=29.8, tf32=29.8, bf16=59.5, fp16=59.5, int8=238),
+               _GA102_SRC + " (GeForce RTX 3080 10 GB); dense column, FP16/BF16 with FP32 "
+               "accumulate", sms=68, bandwidth=760000000000.0),
+    DeviceSpec("RTX 3070", _peaks(fp32=20.3, tf32=20.3, bf16=40.6, fp16=40.6),
+               _GA102_SRC + ", Appendix A (GeForce RTX 3070); dense column, FP16/BF16 with "
+               "FP32 accumulate; INT8 not verified, left out", sms=46, bandwidth=448000000000.0),
+    # Ada GeForce keeps the 4090's ratios: FP16/BF16 with FP32 accumulate = 2 x FP32 (before
+    # rounding: 512 FLOP/clock/SM, 165.2 = 512 x 128 SMs x 2,520 MHz on the 4090 and 97.5 =
+    # 512 x 76 x 2,505 MHz here; third-party tables quote 97 and 97.4), TF32 = FP32. FP8/INT8
+    # for the 4080 were not checked and are left out.
+    DeviceSpec("RTX 4080", _peaks(fp32=48.7, tf32=48.7, bf16=97.5, fp16=97.5),
+               _ADA_SRC + ", GeForce RTX 4080 (16 GB) column; dense column, FP16/BF16 with FP32"
+               " accumulate; FP8/INT8 not verified, left out", sms=76, bandwidth=716800000000.0),
+    # No NVIDIA architecture whitepaper tabulates these cards, and their product pages give
+    # only rounded shader TFLOPS and sparse tensor figures ("AI TOPS"), never a dense FP16/BF16
+    # rate with FP32 accumulate: the row is there so the name is recognised; its peak is unknown.
+    *(DeviceSpec(name, {}, _NO_TABLE, sms=sms) for name, sms in (
+        ("RTX 3060", 28), ("RTX 4060", 24), ("RTX 4060 Ti", 34), ("RTX 4070", 46),
+        ("RTX 4070 Ti", 60))),
+    # RTX 5090: FP32 104.8 (21,760 CUDA cores x 2 x 2,407 MHz; quoted as 105). Its FP16/BF16
+    # rate with FP32 accumulate is quoted (third-party tables) as 210, i.e. the GeForce
+    # halving, but a public cuBLASLt benchmark measured about 254 TFLOP/s BF16 on one, above
+    # it; until NVIDIA's own table is checked, the tensor dtypes are left out.
+    DeviceSpec("RTX 5090", _peaks(fp32=104.8),
+               "NVIDIA RTX Blackwell GPU Architecture whitepaper, GeForce RTX 5090 column, "
+               "https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/nvidia-rtx-"
+               "blackwell-gpu-architecture.pdf ; 104.8 TFLOPS FP32 (non-tensor), 1,792 GB/s; "
+               "tensor dtypes not verified (a measured 254 TFLOP/s BF16 exceeds the quoted "
+               "210 with FP32 accumulate), left out", sms=170, bandwidth=1792000000000.0),
+    # Laptop parts: the clocks, hence the peak, depend on the power limit each laptop maker
+    # sets (NVIDIA publishes a range, not a figure), so none is given. Their own rows keep a
+    # laptop name from ever borrowing the desktop card's peak.
+    *(DeviceSpec(f"RTX {model} Laptop", {}, _LAPTOP_SRC) for model in _LAPTOPS),
+    # Professional Ampere/Ada: FP16/BF16 tensor math with FP32 accumulate at the full rate
+    # (no GeForce halving). The A6000's INT8 (309.7) was seen only rounded: left out.
+    DeviceSpec("RTX A6000", _peaks(fp32=38.7, tf32=77.4, bf16=154.8, fp16=154.8),
+               _GA102_SRC + ", Appendix C (RTX A6000 GPU performance), Peak BF16/FP16 Tensor "
+               "TFLOPS with FP32 Accumulate and Peak TF32 Tensor TFLOPS, dense column; NVIDIA "
+               "RTX A6000 datasheet (38.7 TFLOPS single precision, 768 GB/s); INT8 not "
+               "verified, left out", sms=84, bandwidth=768000000000.0),
+    # The datasheet gives one tensor figure, 1,457 TFLOPS FP8 with sparsity: 728.5 dense. Ada
+    # runs INT8 at the FP8 rate and FP16/BF16 (FP32 accumulate, full rate on this part) at
+    # half of it: 364.25, which third-party tables quote as 364. TF32 is left out.
+    DeviceSpec("RTX 6000 Ada", _peaks(fp32=91.1, bf16=364.25, fp16=364.25, fp8=728.5,
+                                      int8=728.5),
+               "NVIDIA RTX 6000 Ada Generation datasheet, https://www.nvidia.com/en-us/design-"
+               "visualization/rtx-6000/ ; 91.1 TFLOPS single precision, 960 GB/s; tensor "
+               f"figure (FP8) listed with sparsity: {HALVED}; FP16/BF16 = FP8 / 2 on Ada; TF32 "
+               "not verified, left out", sms=142, bandwidth=960000000000.0),
+    # Pascal: no tensor cores. The datasheet's half-precision figure (18.7 PCIe, 21.2 SXM2,
+    # 2 x FP32) is packed FP16 math accumulating in FP16; PyTorch's half matmuls accumulate in
+    # FP32, for which no rate is published, so float16 is left out rather than overstated.
+    # The PCIe boards run slower clocks than the SXM2 one; the 12 GB PCIe board has three
+    # HBM2 stacks instead of four, hence less bandwidth.
+    DeviceSpec("P100 PCIe 16GB", _peaks(fp64=4.7, fp32=9.3), _P100_SRC,
+               sms=56, bandwidth=732000000000.0),
+    DeviceSpec("P100 PCIe 12GB", _peaks(fp64=4.7, fp32=9.3), _P100_SRC,
+               sms=56, bandwidth=549000000000.0),
+    DeviceSpec("P100 SXM2", _peaks(fp64=5.3, fp32=10.6),
+               _P100_SRC, sms=56, bandwidth=732000000000.0),
+    # A China-market Hopper part with no public NVIDIA datasheet: recognised, never an H200.
+    DeviceSpec("H20", {}, "no public NVIDIA datasheet for the H20; peaks unpublished, none "
+               "given"),
+    # Blackwell Ultra. HGX B300 (8 GPUs) lists FP8 72, FP16/BF16 36, TF32 18 PFLOPS with
+    # sparsity: per GPU and halved, 4.5 / 2.25 / 1.125 PFLOPS. Its FP32, FP64, INT8 and memory
+    # bandwidth were seen quoted with different values (FP32 75 or 80 TF; INT8 0.15 or 4.5 POPS;
+    # 7.7 or 8 TB/s), so they are left out.
+    DeviceSpec("B300", _peaks(tf32=1125, bf16=2250, fp16=2250, fp8=4500),
+               "NVIDIA HGX B300 specifications (8 GPUs; divided by 8), https://www.nvidia.com/"
+               f"en-us/data-center/hgx/ ; tensor figures listed with sparsity: {HALVED}; FP32, "
+               "FP64, INT8 and bandwidth not verified (quoted values disagree), left out"),
+    # GB300 NVL72: FP8 720, FP16/BF16 360, TF32 180 PFLOPS with sparsity for 72 GPUs; per GPU
+    # and halved, 5 / 2.5 / 1.25 PFLOPS; 576 TB/s of HBM3e over 72 GPUs is 8 TB/s. INT8 was
+    # seen quoted per GPU as 0.165 and as 5 POPS; FP32/FP64 per GPU were not checked: left out.
+    DeviceSpec("GB300 (per GPU)", _peaks(tf32=1250, bf16=2500, fp16=2500, fp8=5000),
+               "NVIDIA GB300 NVL72 specifications (72 GPUs; divided by 72), https://www.nvidia."
+               f"com/en-us/data-center/gb300-nvl72/ ; tensor figures listed with sparsity: "
+               f"{HALVED}; FP32, FP64 and INT8 not verified, left out",
+               bandwidth=8000000000000.0),
     # AMD lists dense and sparse separately; these are the dense matrix figures. FP64 is the
     # matrix rate (what DGEMM uses); FP32 vector and matrix are equal.
     DeviceSpec("MI300X", _peaks(fp64=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
@@ -171,12 +274,28 @@ _SPECS: tuple[DeviceSpec, ...] = (
                "table, https://rocm.docs.amd.com/en/docs-6.3.0/conceptual/gpu-arch/mi300.html ; "
                "AMD Instinct MI300X data sheet, https://www.amd.com/en/products/accelerators/"
                "instinct/mi300/mi300x.html ; dense figures (no halving needed)", sms=304, bandwidth=5300000000000.0),
+    # Same CDNA 3 compute as the MI300X (304 CUs at 2,100 MHz), with 256 GB of HBM3E at 6 TB/s.
+    DeviceSpec("MI325X", _peaks(fp64=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
+                                fp8=2614.9, int8=2614.9),
+               "AMD Instinct MI325X specifications, https://www.amd.com/en/products/accelerators/"
+               "instinct/mi300/mi325x.html ; dense figures (no halving needed), the MI300X's",
+               sms=304, bandwidth=6000000000000.0),
+    # CDNA 4, 256 CUs. AMD gives the dense figures rounded (FP16/BF16 2.5 PFLOPS; its
+    # "with structured sparsity" figures are exactly 2x). No TF32 figure was found for this
+    # part, and its FP64 figure was not checked here: both left out.
+    DeviceSpec("MI355X", _peaks(fp32=157.3, bf16=2500, fp16=2500, fp8=5000, int8=5000),
+               "AMD Instinct MI355X specifications, https://www.amd.com/en/products/accelerators/"
+               "instinct/mi350/mi355x.html ; dense figures as AMD rounds them (no halving "
+               "needed); TF32 and FP64 not verified, left out",
+               sms=256, bandwidth=8000000000000.0),
 )
 
 _BY_NAME = {spec.name: spec for spec in _SPECS}
 
 # Tokens that say nothing about which device it is (vendor, brand, memory size and type).
-_DECORATION = {"nvidia", "tesla", "geforce", "amd", "instinct", "vf",
+# "gpu" ends the laptop names ("... RTX 4060 Laptop GPU"); "laptop" itself is kept, so a
+# laptop part never resolves to the desktop row. "ac" ends "NVIDIA B300 SXM6 AC".
+_DECORATION = {"nvidia", "tesla", "geforce", "amd", "instinct", "vf", "gpu", "ac",
                "hbm2", "hbm2e", "hbm3", "hbm3e"}
 _MEMORY = re.compile(r"^\d+gb$")
 _SXM = {"sxm", "sxm2", "sxm3", "sxm4", "sxm5", "sxm6"}
@@ -188,7 +307,13 @@ _FAMILIES: dict[tuple[str, ...], str] = {
     ("a10g",): "A10G", ("b200",): "B200", ("gb200",): "GB200 (per GPU)", ("l4",): "L4",
     ("l40",): "L40", ("l40s",): "L40S", ("t4",): "T4", ("v100",): "v100",
     ("v100s",): "V100S PCIe", ("rtx", "4090"): "RTX 4090", ("rtx", "3090"): "RTX 3090",
-    ("mi300x",): "MI300X",
+    ("mi300x",): "MI300X", ("mi325x",): "MI325X", ("mi355x",): "MI355X",
+    ("p100",): "p100", ("h20",): "H20", ("b300",): "B300", ("gb300",): "GB300 (per GPU)",
+    ("rtx", "a6000"): "RTX A6000", ("rtx", "6000", "ada", "generation"): "RTX 6000 Ada",
+    ("rtx", "4060", "ti"): "RTX 4060 Ti", ("rtx", "4070", "ti"): "RTX 4070 Ti",
+    **{("rtx", model): f"RTX {model}"
+       for model in ("3060", "3070", "3080", "4060", "4070", "4080", "5090")},
+    **{("rtx", model, "laptop"): f"RTX {model} Laptop" for model in _LAPTOPS},
 }
 
 
@@ -213,6 +338,14 @@ def _resolve(family: str, form: set[str], tokens: list[str], sm_count: int | Non
         if form & {"nvl", "pcie"}:
             return "H200 NVL" if not form & _SXM else None
         return "H200 SXM"
+    if family == "p100":
+        # PCIe boards come with 16 GB (732 GB/s) or 12 GB (549 GB/s); SXM2 runs faster clocks.
+        if form & _SXM:
+            return "P100 SXM2" if "pcie" not in form else None
+        if "pcie" in form:
+            return {"16gb": "P100 PCIe 16GB", "12gb": "P100 PCIe 12GB"}.get(
+                next((t for t in tokens if _MEMORY.match(t)), ""))
+        return None  # bare "P100": PCIe and SXM2 peaks differ
     if family == "v100":
         if form & _SXM:
             return "V100 SXM2" if "pcie" not in form else None

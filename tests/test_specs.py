@@ -19,7 +19,7 @@ NAMES = [
     ("NVIDIA H100", None),  # ambiguous without an SM count
     ("NVIDIA H200", "H200 SXM"),
     ("NVIDIA H200 NVL", "H200 NVL"),
-    ("NVIDIA H20", None),  # a different (China) part: must not match H200 or H100
+    ("NVIDIA H20", "H20"),  # a different (China) part, no published peak: never the H200's
     ("NVIDIA A100-SXM4-80GB", "A100"),
     ("NVIDIA A100-SXM4-40GB", "A100"),
     ("NVIDIA A100-PCIE-40GB", "A100"),
@@ -41,7 +41,39 @@ NAMES = [
     ("NVIDIA GeForce RTX 3090 Ti", None),  # a different card
     ("NVIDIA GeForce RTX 4090 D", None),  # fewer SMs than the 4090
     ("AMD Instinct MI300X", "MI300X"),
-    ("NVIDIA RTX A6000", None),
+    ("NVIDIA RTX A6000", "RTX A6000"),
+    # Kaggle / Colab / lab machines (issue 17 §4).
+    ("Tesla P100-PCIE-16GB", "P100 PCIe 16GB"),
+    ("Tesla P100-PCIE-12GB", "P100 PCIe 12GB"),  # fewer HBM2 stacks: not the 16 GB row
+    ("Tesla P100-SXM2-16GB", "P100 SXM2"),  # higher clocks than the PCIe board
+    ("Tesla P100", None),  # PCIe or SXM2: unknown
+    ("NVIDIA GeForce RTX 3060", "RTX 3060"),
+    ("NVIDIA GeForce RTX 3070", "RTX 3070"),
+    ("NVIDIA GeForce RTX 3080", "RTX 3080"),
+    ("NVIDIA GeForce RTX 3080 Ti", None),  # a different card
+    ("NVIDIA GeForce RTX 4060", "RTX 4060"),
+    ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060 Ti"),  # not the 4060
+    ("NVIDIA GeForce RTX 4070", "RTX 4070"),
+    ("NVIDIA GeForce RTX 4070 Ti", "RTX 4070 Ti"),  # not the 4070
+    ("NVIDIA GeForce RTX 4070 Ti SUPER", None),  # not the 4070 Ti
+    ("NVIDIA GeForce RTX 4080", "RTX 4080"),
+    ("NVIDIA GeForce RTX 4080 SUPER", None),  # more SMs than the 4080
+    ("NVIDIA GeForce RTX 5090", "RTX 5090"),
+    ("NVIDIA GeForce RTX 3060 Laptop GPU", "RTX 3060 Laptop"),  # never the desktop rows
+    ("NVIDIA GeForce RTX 3070 Laptop GPU", "RTX 3070 Laptop"),
+    ("NVIDIA GeForce RTX 3080 Laptop GPU", "RTX 3080 Laptop"),
+    ("NVIDIA GeForce RTX 4060 Laptop GPU", "RTX 4060 Laptop"),
+    ("NVIDIA GeForce RTX 4070 Laptop GPU", "RTX 4070 Laptop"),
+    ("NVIDIA GeForce RTX 4080 Laptop GPU", "RTX 4080 Laptop"),
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", "RTX 4090 Laptop"),
+    ("NVIDIA GeForce RTX 5090 Laptop GPU", "RTX 5090 Laptop"),
+    ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),  # not the RTX A6000
+    ("Quadro RTX 6000", None),  # Turing: neither RTX 6000 Ada nor RTX A6000
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", None),
+    ("NVIDIA B300 SXM6 AC", "B300"),
+    ("NVIDIA GB300", "GB300 (per GPU)"),  # must not match B300
+    ("AMD Instinct MI325X", "MI325X"),  # must not match MI300X
+    ("AMD Instinct MI355X", "MI355X"),
     ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", None),  # a slice: the full-GPU peak would be wrong
     ("cpu", None),
     ("", None),
@@ -102,7 +134,10 @@ def test_required_rows_are_present() -> None:
     for required in ["H100 SXM", "H100 PCIe", "H100 NVL", "H200 SXM", "H200 NVL", "A100",
                      "B200", "GB200 (per GPU)", "L4", "L40", "L40S", "T4", "A10", "A10G",
                      "V100 SXM2", "V100 PCIe", "V100S PCIe", "RTX 4090", "RTX 3090",
-                     "MI300X"]:
+                     "MI300X", "P100 PCIe 16GB", "RTX 3060", "RTX 3070", "RTX 3080",
+                     "RTX 4060", "RTX 4060 Ti", "RTX 4070", "RTX 4070 Ti", "RTX 4080",
+                     "RTX 5090", "RTX 4060 Laptop", "RTX A6000", "RTX 6000 Ada", "H20", "B300",
+                     "GB300 (per GPU)", "MI325X", "MI355X"]:
         assert required in names
 
 
@@ -265,7 +300,7 @@ def test_device_peak_cuda_reads_name_and_sm_count(monkeypatch) -> None:
 
 
 def test_device_peak_cuda_unknown_or_missing_dtype(monkeypatch) -> None:
-    _fake_cuda(monkeypatch, "NVIDIA RTX A6000", 84)
+    _fake_cuda(monkeypatch, "NVIDIA RTX A4000", 48)
     assert device_peak("cuda", torch.bfloat16) is None
     _fake_cuda(monkeypatch, "Tesla T4", 40)
     assert device_peak("cuda", torch.bfloat16) is None
@@ -281,3 +316,103 @@ def test_memory_bandwidth_is_the_datasheets_and_none_where_unknown():
     assert memory_bandwidth("cpu") is None  # a CPU's is measured, not looked up
     for spec in __import__("grader.specs", fromlist=["table"]).table():
         assert spec.bandwidth is None or 1e11 <= spec.bandwidth <= 1e13, spec.name
+
+
+# --- issue 17 §4: the devices students and labs have -----------------------------------
+
+def test_traps_between_similar_names() -> None:
+    """Each pair differs by one token; a substring or prefix match would confuse them."""
+    pairs = [("NVIDIA GeForce RTX 4060 Ti", "NVIDIA GeForce RTX 4060"),
+             ("NVIDIA GeForce RTX 4070 Ti", "NVIDIA GeForce RTX 4070"),
+             ("NVIDIA RTX 6000 Ada Generation", "NVIDIA RTX A6000"),
+             ("AMD Instinct MI325X", "AMD Instinct MI300X"),
+             ("NVIDIA GB300", "NVIDIA B300 SXM6 AC"), ("NVIDIA H20", "NVIDIA H200"),
+             ("Tesla P100-PCIE-16GB", "Tesla P100-SXM2-16GB")]
+    for a, b in pairs:
+        assert lookup(a).name != lookup(b).name, (a, b)
+    assert lookup("Quadro RTX 6000") is None
+
+
+@pytest.mark.parametrize("model", ["3060", "3070", "3080", "4060", "4070", "4080", "4090", "5090"])
+def test_laptop_never_gets_the_desktop_peak(model: str) -> None:
+    # A laptop part's clocks follow the maker's power limit: no peak, and not the desktop's.
+    spec = lookup(f"NVIDIA GeForce RTX {model} Laptop GPU")
+    assert spec.name == f"RTX {model} Laptop" and spec.peaks == {}
+    assert "power limit" in spec.source
+    for dtype in [torch.float32, torch.float16, torch.bfloat16]:
+        assert peak_flops(f"NVIDIA GeForce RTX {model} Laptop GPU", dtype, tf32=False) is None
+
+
+def test_unverified_rows_give_no_peak_but_are_known() -> None:
+    # Rows kept only so the name is recognised: an unknown peak, never a neighbour's figure.
+    for name in ["NVIDIA H20", "NVIDIA GeForce RTX 4060", "NVIDIA GeForce RTX 4060 Ti",
+                 "NVIDIA GeForce RTX 4070", "NVIDIA GeForce RTX 4070 Ti",
+                 "NVIDIA GeForce RTX 3060"]:
+        spec = lookup(name)
+        assert spec is not None and spec.peaks == {}, name
+        assert "none given" in spec.source, name
+    assert peak_flops("NVIDIA H20", torch.bfloat16) is None  # not the H200's 989.5e12
+    # The 5090's FP32 is known; its tensor rate with FP32 accumulate is not verified.
+    assert peak_flops("NVIDIA GeForce RTX 5090", torch.float32, tf32=False) == 104.8e12
+    assert peak_flops("NVIDIA GeForce RTX 5090", torch.bfloat16) is None
+
+
+def test_new_figures_match_the_datasheets() -> None:
+    # GeForce: FP16/BF16 tensor rate with FP32 accumulate (dense), as PyTorch matmuls use.
+    assert peak_flops("NVIDIA GeForce RTX 3080", torch.bfloat16) == 59.5e12
+    assert peak_flops("NVIDIA GeForce RTX 3080", torch.float32, tf32=False) == 29.8e12
+    assert peak_flops("NVIDIA GeForce RTX 3070", torch.float16) == 40.6e12
+    assert peak_flops("NVIDIA GeForce RTX 4080", torch.bfloat16) == 97.5e12
+    assert peak_flops("NVIDIA RTX A6000", torch.bfloat16) == 154.8e12
+    assert peak_flops("NVIDIA RTX A6000", torch.float32, tf32=True) == 77.4e12
+    assert peak_flops("NVIDIA RTX 6000 Ada Generation", torch.float32, tf32=False) == 91.1e12
+    # Its datasheet's one tensor figure, 1,457 FP8 with sparsity: halved, and FP16 = FP8 / 2.
+    assert peak_flops("NVIDIA RTX 6000 Ada Generation", torch.float8_e4m3fn) == 1457e12 / 2
+    assert peak_flops("NVIDIA RTX 6000 Ada Generation", torch.bfloat16) == 1457e12 / 4
+    # Pascal P100: no tensor cores, no bf16; its 18.7 TFLOPS FP16 accumulates in FP16, which
+    # PyTorch's half matmuls do not, so float16 has no peak rather than an overstated one.
+    assert peak_flops("Tesla P100-PCIE-16GB", torch.float16) is None
+    assert peak_flops("Tesla P100-PCIE-16GB", torch.float32, tf32=False) == 9.3e12
+    assert peak_flops("Tesla P100-PCIE-16GB", torch.float32, tf32=True) is None  # no TF32
+    assert peak_flops("Tesla P100-PCIE-16GB", torch.float64) == 4.7e12
+    assert peak_flops("Tesla P100-SXM2-16GB", torch.float64) == 5.3e12
+    assert peak_flops("Tesla P100-PCIE-16GB", torch.bfloat16) is None
+    # NVIDIA's "with sparsity" figures halved: HGX B300 36 PF FP16/BF16 over 8 GPUs, GB300
+    # NVL72 360 PF over 72 GPUs.
+    assert peak_flops("NVIDIA B300 SXM6 AC", torch.bfloat16) == 36e15 / 8 / 2
+    assert peak_flops("NVIDIA GB300", torch.bfloat16) == 360e15 / 72 / 2
+    assert peak_flops("NVIDIA GB300", torch.float8_e4m3fn) == 720e15 / 72 / 2
+    # AMD lists dense figures: no halving. MI325X keeps the MI300X's compute.
+    assert peak_flops("AMD Instinct MI325X", torch.bfloat16) == 1307.4e12
+    assert peak_flops("AMD Instinct MI325X", torch.bfloat16) == peak_flops("AMD Instinct MI300X",
+                                                                          torch.bfloat16)
+    assert peak_flops("AMD Instinct MI355X", torch.bfloat16) == 2.5e15
+    assert peak_flops("AMD Instinct MI355X", torch.float8_e4m3fnuz) == 5e15
+    assert peak_flops("AMD Instinct MI355X", "tf32") is None  # no TF32 figure verified
+
+
+def test_new_bandwidths_match_the_datasheets() -> None:
+    expected = {"Tesla P100-PCIE-16GB": 732e9, "Tesla P100-PCIE-12GB": 549e9,
+                "NVIDIA GeForce RTX 3080": 760e9, "NVIDIA GeForce RTX 3070": 448e9,
+                "NVIDIA GeForce RTX 4080": 716.8e9, "NVIDIA RTX A6000": 768e9,
+                "NVIDIA RTX 6000 Ada Generation": 960e9, "NVIDIA GeForce RTX 5090": 1792e9,
+                "AMD Instinct MI325X": 6e12,
+                "AMD Instinct MI355X": 8e12, "NVIDIA GB300": 8e12}
+    for name, bandwidth in expected.items():
+        assert lookup(name).bandwidth == bandwidth, name
+    assert lookup("NVIDIA GeForce RTX 4060 Laptop GPU").bandwidth is None
+
+
+def test_sm_count_tells_a_same_named_variant_apart() -> None:
+    # The 12 GB RTX 3080 reports the same name with 70 SMs (the 10 GB card's row has 68).
+    assert lookup("NVIDIA GeForce RTX 3080", sm_count=68).name == "RTX 3080"
+    assert lookup("NVIDIA GeForce RTX 3080", sm_count=70) is None
+    assert lookup("Tesla P100-PCIE-16GB", sm_count=56).name == "P100 PCIe 16GB"
+
+
+def test_two_t4s_are_two_t4s(monkeypatch) -> None:
+    # Kaggle's "T4 x2" is two devices that each report "Tesla T4": the peak is per device.
+    _fake_cuda(monkeypatch, "Tesla T4", 40)
+    for device in ["cuda:0", "cuda:1"]:
+        peak = device_peak(device, torch.float16)
+        assert peak.spec_name == "T4" and peak.flop_per_sec == 65e12
