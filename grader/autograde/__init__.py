@@ -46,7 +46,7 @@ so a check sees the same data in both places. Exercises that are not plain funct
 no special grading code: a scenario per kind of interaction, in the chapter's scenario module.
 
 What stays protected: the tamper probe snapshots the grader's modules, the scenario modules and the
-objects in `bridge.PROTECTED` (torch's comparisons, autograd's entry points, `nn.Module.__call__`,
+objects in `tamper.PROTECTED` (torch's comparisons, autograd's entry points, `nn.Module.__call__`,
 `state_dict`, `torch.save`/`torch.load`, `os.replace`, ...) before the first student cell, and a
 notebook that replaced any of them is `tampered`, with the score the independent checks found reported
 for the instructor. Hangs anywhere (a forward, a backward, a `__del__`, a worker process) end at the

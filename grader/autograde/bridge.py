@@ -26,6 +26,7 @@ import torch
 from grader import scenario as scenarios_api
 from grader.autograde import kernel_side
 from grader.autograde.kernel import NotebookKernel, Outcome
+from grader.autograde.tamper import PROTECTED
 from grader.expect import CheckFailure
 from grader.registry import Exercise
 from grader.runner import CheckCrashed, CheckMemory, CheckTimeout, forbidden_message
@@ -40,22 +41,6 @@ _INSTALL = (f"import sys as _s, types as _t\n_m = _t.ModuleType({kernel_side.MOD
             f"_s.modules[{kernel_side.MODULE!r}] = _m\ndel _s, _t, _m")
 _SERVE = f"__import__('sys').modules[{kernel_side.MODULE!r}].serve"
 
-# What a notebook must not replace: the comparisons a grader would use, the machinery scenarios drive
-# (autograd, modules, saving), and how errors are shown.
-PROTECTED = (
-    "torch.allclose", "torch.equal", "torch.isclose", "torch.testing.assert_close",
-    "torch.Tensor.__eq__", "torch.Tensor.allclose", "torch.Tensor.equal", "torch.Tensor.__bool__",
-    "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.autograd.gradcheck",
-    "torch.autograd.gradgradcheck", "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
-    "torch.nn.Module.__call__", "torch.nn.Module.parameters", "torch.nn.Module.named_parameters",
-    "torch.nn.Module.state_dict", "torch.nn.Module.load_state_dict", "torch.nn.Module.register_forward_hook",
-    "torch.save", "torch.load", "torch.optim.Optimizer.zero_grad", "os.replace", "os.fsync",
-    "numpy.allclose", "numpy.array_equal", "numpy.testing.assert_allclose",
-    "builtins.isinstance", "builtins.type",
-    "IPython.core.interactiveshell.InteractiveShell.showtraceback",
-    "IPython.core.interactiveshell.InteractiveShell._showtraceback",
-    "IPython.core.interactiveshell.InteractiveShell.showsyntaxerror",
-)
 IMPORTS = ("torch", "numpy", "grader", "grader.notebook", "grader.runner", "grader.expect", "grader.registry",
            "grader.results", "grader.feedback", "grader.exercises", "grader.scenario")
 SCENARIO_DIR = Path(scenarios_api.__file__).with_name("scenarios")

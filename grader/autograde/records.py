@@ -47,7 +47,7 @@ class NotebookRecord:
     source: str           # the file graded, relative to the student's submission ("" when none was found)
     fingerprint: str      # hash of the notebook bytes and the grader: a re-run reuses a record that matches
     seconds: float        # wall time spent grading this notebook
-    grades: list[ExerciseGrade] = field(default_factory=list)
+    grades: list[ExerciseGrade] = field(default_factory=list)  # every exercise of the chapter, in its order
     graded_at: str = ""   # when it was graded, "2026-11-22 11:20 UTC" (kept with the record when a re-run reuses it)
     sandbox: str = ""     # how its kernel was isolated ("sandbox: bubblewrap ...", or "no sandbox: why")
 

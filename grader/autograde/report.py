@@ -251,21 +251,14 @@ def _override_words(g: ExerciseGrade, reason: str) -> str:
             f"(the grader gave {_num(g.score)} of {_num(g.max_score)}: {_words(g.status)}).")
 
 
-def _exercise_number(g: ExerciseGrade) -> str:
-    """'Exercise 3' by the exercise's place in its chapter, when the grader knows it."""
-    from grader import registry
-
-    ids = [e.id for e in registry.all_exercises(g.exercise.partition(".")[0])]
-    return f"Exercise {ids.index(g.exercise) + 1}" if g.exercise in ids else "Exercise"
-
-
-def _exercise_html(g: ExerciseGrade, adjust: Adjustments | None = None) -> str:
+def _exercise_html(g: ExerciseGrade, number: int, adjust: Adjustments | None = None) -> str:
+    """One exercise's box; `number` is its place in the chapter (a record holds a chapter's grades in order)."""
     e = html.escape
     tone = _tone(g.status)
     name = g.exercise.partition(".")[2] or g.exercise
     o = adjust.override(g) if adjust is not None else None
     score = g.score if o is None else o.score
-    parts = [f'<article class="exercise"><h3><span>{e(_exercise_number(g))} · <code>{e(name)}</code></span>'
+    parts = [f'<article class="exercise"><h3><span>Exercise {number} · <code>{e(name)}</code></span>'
              f'<span class="badge {tone}">{e(_words(g.status))}</span>'
              + ('<span class="badge muted">Score set by your instructor</span>' if o is not None else "")
              + f'<span class="points">{_num(score)} / {_num(g.max_score)}</span></h3>',
@@ -320,7 +313,7 @@ def feedback_html(student: str, records: Sequence[NotebookRecord], adjust: Adjus
             meta += (f'<p class="note warn">{e(words[0].upper() + words[1:])} '
                      f"({_num(raw)} → {_num(score)} points).</p>")
         body += [f'<section><h2>{e(title(r.chapter))} — {_num(score)} / {_num(max_score)}</h2>', meta,
-                 *(_exercise_html(g, adjust) for g in r.grades), "</section>"]
+                 *(_exercise_html(g, i, adjust) for i, g in enumerate(r.grades, 1)), "</section>"]
     head = ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>Feedback for {e(student)}</title>\n<style>\n{_CSS}\n</style>\n</head>\n<body>\n")

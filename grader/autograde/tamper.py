@@ -10,7 +10,22 @@ import ast
 
 from IPython.core.inputtransformer2 import TransformerManager
 
-from grader.autograde.bridge import PROTECTED
+# What a notebook must not replace: the comparisons a grader would use, the machinery scenarios drive
+# (autograd, modules, saving), and how errors are shown.
+PROTECTED = (
+    "torch.allclose", "torch.equal", "torch.isclose", "torch.testing.assert_close",
+    "torch.Tensor.__eq__", "torch.Tensor.allclose", "torch.Tensor.equal", "torch.Tensor.__bool__",
+    "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward", "torch.autograd.gradcheck",
+    "torch.autograd.gradgradcheck", "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
+    "torch.nn.Module.__call__", "torch.nn.Module.parameters", "torch.nn.Module.named_parameters",
+    "torch.nn.Module.state_dict", "torch.nn.Module.load_state_dict", "torch.nn.Module.register_forward_hook",
+    "torch.save", "torch.load", "torch.optim.Optimizer.zero_grad", "os.replace", "os.fsync",
+    "numpy.allclose", "numpy.array_equal", "numpy.testing.assert_allclose",
+    "builtins.isinstance", "builtins.type",
+    "IPython.core.interactiveshell.InteractiveShell.showtraceback",
+    "IPython.core.interactiveshell.InteractiveShell._showtraceback",
+    "IPython.core.interactiveshell.InteractiveShell.showsyntaxerror",
+)
 
 _ROOTS = ("torch", "numpy", "grader", "IPython", "sys", "builtins")
 _SHELL_ATTRS = ("showtraceback", "_showtraceback", "showsyntaxerror")
