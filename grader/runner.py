@@ -7,21 +7,18 @@ optional time limit, and whatever it raises becomes a status, never an exception
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import random
 import signal
 import threading
 import time
-import traceback
-import types
 import zlib
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
 
-from grader import registry
+from grader import registry, wire
 from grader.expect import CheckFailure
 from grader.registry import Check, Exercise
 from grader.results import (CRASHED, ERROR, FAILED, MEMORY, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT,
@@ -53,56 +50,22 @@ def forbidden_message(exercise: Exercise, dotted: str) -> str:
     return f"{exercise.name} must do this itself, not call {dotted}"
 
 
-def refusing_code(raise_expression: str) -> types.CodeType:
-    """The code of a function that raises `raise_expression` whatever it is called with.
-
-    Swapped into a forbidden Python function, it also refuses the aliases a notebook bound before the check
-    (`from torch.utils.checkpoint import checkpoint_sequential`), which replacing the module attribute misses.
-    It runs in the forbidden function's own globals, so the expression names nothing but builtins.
-    """
-    namespace: dict[str, Any] = {}
-    exec(compile(f"def refused(*args, **kwargs):\n    raise {raise_expression}\n", "<forbidden>", "exec"), namespace)
-    return namespace["refused"].__code__
-
-
-def swappable(fn: Any) -> bool:
-    """A plain Python function whose code can be replaced (no closure: its free variables must match)."""
-    return isinstance(fn, types.FunctionType) and not fn.__code__.co_freevars
-
-
 @contextlib.contextmanager
 def forbidding(exercise: Exercise) -> Iterator[None]:
     """Replace each of the exercise's forbidden functions with one that fails the check, then put them back."""
-    import importlib
+    def refuse(dotted: str) -> Any:
+        def refused(*args: Any, **kwargs: Any) -> None:
+            raise CheckFailure(forbidden_message(exercise, dotted))
+        return refused
 
-    saved: list[tuple[Any, str, Any, bool]] = []
-    codes: list[tuple[types.FunctionType, types.CodeType]] = []
-    for dotted in exercise.forbid:
-        owner_path, attr = dotted.rsplit(".", 1)
-        owner: Any = importlib.import_module(owner_path.split(".")[0])
-        for part in owner_path.split(".")[1:]:
-            owner = getattr(owner, part)
+    def raise_expression(dotted: str) -> str:
+        return f"__import__('grader.expect', fromlist=['_']).CheckFailure({forbidden_message(exercise, dotted)!r})"
 
-        def refuse(*args: Any, _dotted: str = dotted, **kwargs: Any) -> None:
-            raise CheckFailure(forbidden_message(exercise, _dotted))
-
-        original = getattr(owner, attr)
-        saved.append((owner, attr, original, attr in getattr(owner, "__dict__", {})))
-        setattr(owner, attr, refuse)
-        if swappable(original) and all(f is not original for f, _ in codes):
-            message = forbidden_message(exercise, dotted)
-            codes.append((original, original.__code__))
-            original.__code__ = refusing_code(f"__import__('grader.expect', fromlist=['_']).CheckFailure({message!r})")
+    restore = wire.forbid(exercise.forbid, refuse, raise_expression)
     try:
         yield
     finally:
-        for fn, code in reversed(codes):
-            fn.__code__ = code
-        for owner, attr, original, own in reversed(saved):
-            if own or not isinstance(owner, type):
-                setattr(owner, attr, original)
-            else:  # inherited (Tensor.__getitem__ comes from TensorBase): leave no copy on the subclass
-                delattr(owner, attr)
+        restore()
 
 
 def _forbid_during(obj: Any, exercise: Exercise) -> Any:
@@ -168,14 +131,7 @@ def _time_limit(seconds: float | None) -> Iterator[list[bool]]:
 
 def student_frames(tb, limit: int = 3) -> str:
     """The last frames of a traceback that are the student's own code, without file paths."""
-    lines = []
-    for fs in traceback.extract_tb(tb):
-        path = os.path.abspath(fs.filename)
-        if path.startswith(_GRADER_DIR) or path.startswith(_LIB_DIRS):
-            continue
-        code = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
-        lines.append(f"in {fs.name}, line {fs.lineno}: {code}" if code else f"in {fs.name}, line {fs.lineno}")
-    return " | ".join(lines[-limit:])
+    return wire.student_frames(tb, (_GRADER_DIR, *_LIB_DIRS), limit=limit)
 
 
 def _error_message(e: BaseException) -> str:

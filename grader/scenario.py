@@ -33,16 +33,15 @@ into several arguments or records.
 from __future__ import annotations
 
 import importlib
+import secrets
 from typing import Any, Callable
 
-import torch
+from grader import wire
+from grader.wire import MAX_DEPTH
 
-__all__ = ["run_scenario", "to_data", "Opaque", "SCENARIO_PACKAGE"]
+__all__ = ["run_scenario", "to_data", "Opaque", "SCENARIO_PACKAGE", "MAX_DEPTH"]
 
 SCENARIO_PACKAGE = "grader.scenarios"
-MAX_DEPTH = 8  # containers nested deeper than this are not data (the bridge's limit too)
-_PLAIN = (type(None), bool, int, float, str, bytes, complex)
-_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 
 class Opaque:
@@ -67,34 +66,27 @@ def opaque_class(module: str, qualname: str, base: type = Opaque) -> type:
     return _CLASSES[key]
 
 
-def _opaque(x: Any) -> Opaque:
-    t = type(x)
-    try:
-        text = repr(x)[:200]
-    except BaseException:
-        text = f"<{t.__name__}>"
-    return opaque_class(t.__module__ if t.__module__ != "builtins" else "", t.__qualname__)(text)
+def to_data(x: Any) -> Any:
+    """What the grading bridge would deliver for `x`, by the same round trip through `grader.wire`: detached
+    copies of plain CPU tensors (views of one storage stay views of one copy), sizes, dtypes, devices, plain
+    values and containers; anything else an Opaque named like its class."""
+    token = "\0grader-local-" + secrets.token_hex(8) + "-"  # as the bridge's: no student string can forge it
+    storages: dict = {}
+    opaque: dict = {}
+    packed = wire.pack(x, token, storages, opaque)
+    return _opened(wire.unpack(packed, token, wire.storages_from(wire.storage_list(storages))), opaque)
 
 
-def to_data(x: Any, _storages: dict | None = None, _depth: int = 0) -> Any:
-    """What the grading bridge would deliver for `x`: detached copies of plain CPU tensors (views of one
-    storage stay views of one copy), sizes, dtypes, devices, plain values and containers; else Opaque."""
-    storages = {} if _storages is None else _storages
-    t = type(x)
-    if t in _PLAIN or t in (torch.Size, torch.dtype, torch.device):
-        return x
-    if t in (_Tensor, _Parameter) and x.layout == torch.strided and x.device.type == "cpu":
-        storage = x.untyped_storage()
-        key = (storage.data_ptr(), storage.nbytes())
-        if key not in storages:
-            storages[key] = storage.clone()
-        y = torch.empty(0, dtype=x.dtype).set_(storages[key], x.storage_offset(), x.shape, x.stride())
-        return y.requires_grad_() if x.requires_grad and y.is_floating_point() else y
-    if _depth < MAX_DEPTH and t in (tuple, list):
-        return t(to_data(v, storages, _depth + 1) for v in x)
-    if _depth < MAX_DEPTH and t is dict and all(type(k) in (str, int) for k in x):
-        return {k: to_data(v, storages, _depth + 1) for k, v in x.items()}
-    return _opaque(x)
+def _opened(x: Any, opaque: dict) -> Any:
+    """Opaque tokens replaced by the Opaque objects they stand for (what the bridge's decoding does)."""
+    if type(x) is str and x in opaque:
+        module, qualname, text = opaque[x]
+        return opaque_class(module, qualname)(text)
+    if type(x) in (tuple, list):
+        return type(x)(_opened(v, opaque) for v in x)
+    if type(x) is dict:
+        return {k: _opened(v, opaque) for k, v in x.items()}
+    return x
 
 
 def _check_scenario(scenario: Callable[..., Any]) -> tuple[str, str]:

@@ -138,3 +138,26 @@ def test_only_scenario_functions_can_be_run():
     with pytest.raises(ValueError, match="not a scenario"):
         run_scenario(len, [1])
     assert Path(common.__file__).parent.name == "scenarios"
+
+
+def test_to_data_is_the_wire_round_trip():
+    """A notebook's run_scenario delivers what grading's bridge delivers (one wire, grader/wire.py): views of
+    one storage stay views of one copy, sizes, dtypes, devices and complex numbers survive, a live object or
+    data nested deeper than MAX_DEPTH becomes an Opaque named like its class."""
+    from grader.wire import MAX_DEPTH
+    base = torch.arange(6.0, requires_grad=True)
+    x = {"a": base, "b": base.detach()[1:4], "size": torch.Size([2, 3]), "dt": torch.bfloat16,
+         "dev": torch.device("cpu"), "z": 1 + 2j, "mod": torch.nn.ReLU()}
+    y = to_data(x)
+    assert y["a"].requires_grad and torch.equal(y["a"].detach(), base.detach())
+    assert y["a"].untyped_storage().data_ptr() == y["b"].untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
+    assert y["b"].storage_offset() == 1 and y["size"] == torch.Size([2, 3]) and y["dt"] is torch.bfloat16
+    assert y["dev"] == torch.device("cpu") and y["z"] == 1 + 2j
+    assert isinstance(y["mod"], Opaque) and type(y["mod"]).__name__ == "ReLU" and y["mod"] != x["mod"]
+    deep: list = [1]
+    for _ in range(MAX_DEPTH + 1):
+        deep = [deep]
+    got, levels = to_data(deep), 0
+    while type(got) is list:
+        got, levels = got[0], levels + 1
+    assert isinstance(got, Opaque) and levels == MAX_DEPTH

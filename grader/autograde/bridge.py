@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from grader import scenario as scenarios_api
+from grader import wire
 from grader.autograde import kernel_side
 from grader.autograde.kernel import NotebookKernel, Outcome
 from grader.autograde.tamper import PROTECTED
@@ -34,11 +35,14 @@ from grader.scenario import Opaque, opaque_class
 
 MAX_REPLY_BYTES = 256 * 2**20
 _SOURCE = Path(kernel_side.__file__).read_text(encoding="utf-8")
-# Installs the bridge module in the kernel (at setup, and again if the notebook deleted it); then each
-# request is one short line, which IPython runs in about 2 ms.
-_INSTALL = (f"import sys as _s, types as _t\n_m = _t.ModuleType({kernel_side.MODULE!r})\n"
-            f"exec(compile({_SOURCE!r}, {kernel_side.BRIDGE_FILE!r}, 'exec'), _m.__dict__)\n"
-            f"_s.modules[{kernel_side.MODULE!r}] = _m\ndel _s, _t, _m")
+_WIRE_SOURCE = Path(wire.__file__).read_text(encoding="utf-8")
+# Installs the wire and then the bridge module in the kernel, both from the grader's text (at setup, and again
+# if the notebook deleted them); then each request is one short line, which IPython runs in about 2 ms.
+_INSTALL = ("import sys as _s, types as _t\n"
+            f"for _n, _f, _c in (({kernel_side.WIRE!r}, {kernel_side.WIRE_FILE!r}, {_WIRE_SOURCE!r}),\n"
+            f"                   ({kernel_side.MODULE!r}, {kernel_side.BRIDGE_FILE!r}, {_SOURCE!r})):\n"
+            "    _m = _t.ModuleType(_n)\n    _s.modules[_n] = _m\n    exec(compile(_c, _f, 'exec'), _m.__dict__)\n"
+            "del _s, _t, _m, _n, _f, _c")
 _SERVE = f"__import__('sys').modules[{kernel_side.MODULE!r}].serve"
 
 IMPORTS = ("torch", "numpy", "grader", "grader.notebook", "grader.runner", "grader.expect", "grader.registry",
@@ -202,9 +206,9 @@ class Bridge:
         seed = zlib.crc32(f"{exercise.id}:{what.get('name') or what.get('function')}:{self._n}".encode())
         storages: dict = {}
         refs = _student_refs((tuple(args), dict(kwargs)), token)
-        packed_args, packed_kwargs = kernel_side.pack(refs, token, storages)
+        packed_args, packed_kwargs = wire.pack(refs, token, storages)
         payload = {**what, "args": packed_args, "kwargs": packed_kwargs, "seed": seed,
-                   "forbid": list(exercise.forbid), "token": token, "storages": kernel_side.storage_list(storages)}
+                   "forbid": list(exercise.forbid), "token": token, "storages": wire.storage_list(storages)}
         outcome, reply = self.request(op, payload, remaining)
         if outcome.status == "timeout":
             self.kernel.recover(outcome)
@@ -215,8 +219,8 @@ class Bridge:
         if reply is None:
             raise RuntimeError(f"the kernel could not run the check: {outcome.ename}: {outcome.evalue}")
         try:
-            remote_args, result = kernel_side.unpack((list(reply.get("args") or []), reply.get("result")), token,
-                                                     kernel_side.storages_from(list(reply.get("storages") or [])))
+            remote_args, result = wire.unpack((list(reply.get("args") or []), reply.get("result")), token,
+                                                     wire.storages_from(list(reply.get("storages") or [])))
         except Exception as e:  # a reply that does not decode is the student's doing (or a grader bug): not a pass
             raise RuntimeError(f"the kernel's reply could not be read ({type(e).__name__})") from None
         if copy_back:
@@ -281,9 +285,9 @@ def _student_refs(x: Any, token: str, depth: int = 0) -> Any:
     """Arguments with every RemoteFunction replaced by a reference the kernel resolves to the notebook's object."""
     if isinstance(x, RemoteFunction):
         return (token + "student", x.__name__)
-    if depth < scenarios_api.MAX_DEPTH and type(x) in (tuple, list):
+    if depth < wire.MAX_DEPTH and type(x) in (tuple, list):
         return type(x)(_student_refs(v, token, depth + 1) for v in x)
-    if depth < scenarios_api.MAX_DEPTH and type(x) is dict:
+    if depth < wire.MAX_DEPTH and type(x) is dict:
         return {k: _student_refs(v, token, depth + 1) for k, v in x.items()}
     return x
 

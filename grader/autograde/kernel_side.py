@@ -3,14 +3,13 @@
 It is never imported there (the student's code could have replaced an imported module), and it
 decides nothing: it calls the student's function on inputs the grader wrote and hands back plain
 data (tensors, numbers, strings, containers) for the grader to judge in its own process.
-It imports nothing from `grader`, and runs in a fresh namespace each time.
+It imports nothing from `grader`: what crosses (packing, forbidding, the traceback filter) is the kernel's
+copy of `grader/wire.py`, installed from the grader's text just before this module.
 """
 import gc
-import linecache
 import os
 import pickle
 import sys
-import traceback
 import types
 
 import torch
@@ -19,20 +18,15 @@ MODULE = "__grader_bridge__"     # this code, compiled once per kernel
 SNAPSHOT = "__grader_snapshot__"  # a module in sys.modules holding the objects as they were before student code
 BRIDGE_FILE = "<grader-bridge>"
 SCENARIOS = "__grader_scenarios__"  # the package the scenario modules are installed under (see setup)
-_PLAIN = (type(None), bool, int, float, str, bytes)  # what goes into the pickle as itself
+WIRE = "__grader_wire__"          # grader/wire.py's text, compiled into the kernel just before this module
+WIRE_FILE = "<grader-wire>"
 _LIB_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, os))
 
-
-def _resolve(dotted):
-    """The object at a dotted path, importing its top module; None when it does not exist."""
-    parts = dotted.split(".")
-    try:
-        obj = __import__(parts[0])
-        for part in parts[1:]:
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    return obj
+# In the kernel, the copy the bridge installed; in the grading process (which reads this module only for its
+# names and its text) the package's own.
+_wire = sys.modules[WIRE] if WIRE in sys.modules else __import__("grader.wire", fromlist=["_"])
+pack, unpack, storage_list, storages_from = _wire.pack, _wire.unpack, _wire.storage_list, _wire.storages_from
+_resolve = _wire.resolve
 
 
 def _shell():
@@ -48,14 +42,14 @@ def _watched(protected):
     """Everything tampering would change: protected names, and every attribute of every grader module."""
     found = {name: _resolve(name) for name in protected}
     for modname, mod in sorted(sys.modules.items()):
-        ours = modname in ("grader", SCENARIOS) or modname.startswith(("grader.", SCENARIOS + "."))
+        ours = modname in ("grader", SCENARIOS, WIRE) or modname.startswith(("grader.", SCENARIOS + "."))
         if ours and mod is not None:
             for attr, value in list(vars(mod).items()):
                 if not attr.startswith("__"):
                     found[f"{modname}.{attr}"] = value
     shell = _shell()
     if shell is not None:  # instance attributes hide the class's methods (ipykernel sets _showtraceback itself)
-        for attr in ("showtraceback", "_showtraceback", "showsyntaxerror"):
+        for attr in _wire.SHELL_ATTRS:
             found[f"get_ipython().{attr}"] = vars(shell).get(attr)
     registry = sys.modules.get("grader.registry")
     for ex_id, ex in (getattr(registry, "_EXERCISES", None) or {}).items():
@@ -128,107 +122,12 @@ def names(request):
     return kinds
 
 
-def pack(x, token, storages, opaque=None, depth=0):
-    """Plain data as is; a tensor as a marker naming its storage (so views of one storage stay views of it,
-    whatever their dtypes); sizes, dtypes, devices and complex numbers as markers; anything else as a
-    token standing for an opaque object. The result pickles with builtins only: no class is ever named."""
-    t = type(x)
-    if t in _PLAIN:
-        return x
-    if t is torch.Size:
-        return (token + "size", tuple(int(v) for v in x))
-    if t is torch.dtype:
-        return (token + "dtype", str(x).removeprefix("torch."))
-    if t is torch.device:
-        return (token + "device", str(x))
-    if t is complex:
-        return (token + "complex", x.real, x.imag)
-    if t in (torch.Tensor, torch.nn.Parameter) and x.layout == torch.strided and x.device.type == "cpu":
-        storage = x.untyped_storage()
-        key = (storage.data_ptr(), storage.nbytes())
-        if key not in storages:
-            storages[key] = (len(storages), torch.empty(0, dtype=torch.uint8).set_(storage))
-        return (token + "tensor", storages[key][0], str(x.dtype).removeprefix("torch."), tuple(x.shape),
-                tuple(x.stride()), x.storage_offset(), bool(x.requires_grad))
-    if depth < 8 and t in (tuple, list):
-        return t(pack(v, token, storages, opaque, depth + 1) for v in x)
-    if depth < 8 and t is dict and all(type(k) in (str, int) for k in x):
-        return {k: pack(v, token, storages, opaque, depth + 1) for k, v in x.items()}
-    if opaque is None:
-        deep = " nested more than 8 levels deep" if t in (tuple, list, dict) else ""
-        raise TypeError(f"cannot send a {t.__name__}{deep} to the kernel: only plain data crosses (tensors, numbers, "
-                        "strings, sizes, dtypes, devices, and tuples, lists and dicts of them)")
-    key = f"{token}{len(opaque)}"
-    try:
-        text = repr(x)[:200]
-    except BaseException:
-        text = f"<{t.__name__}>"
-    opaque[key] = (t.__module__ if t.__module__ != "builtins" else "", t.__qualname__, text)
-    return key
-
-
-def storage_list(storages):
-    """The storages pack met, in order, as bytes."""
-    return [u8.numpy().tobytes() for _, u8 in sorted(storages.values(), key=lambda v: v[0])]
-
-
-def storages_from(blobs):
-    """One uint8 tensor per storage, for unpack to make every tensor of that storage a view of it."""
-    return [torch.frombuffer(bytearray(b), dtype=torch.uint8) if b else torch.empty(0, dtype=torch.uint8)
-            for b in blobs]
-
-
-def unpack(x, token, storages, student=None):
-    """The inverse of pack (opaque tokens stay strings for the receiver to handle); `student(name)` resolves
-    a reference to one of the notebook's objects (a scenario's argument)."""
-    t = type(x)
-    if t is tuple and x and type(x[0]) is str and x[0].startswith(token):
-        kind = x[0][len(token):]
-        if kind == "student" and len(x) == 2 and student is not None:
-            return student(x[1])
-        if kind == "tensor" and len(x) == 7:
-            _, index, dtype, shape, stride, offset, grad = x
-            dt = getattr(torch, dtype)
-            if not isinstance(dt, torch.dtype):
-                raise ValueError(f"not a dtype: {dtype}")
-            y = torch.empty(0, dtype=dt).set_(storages[index].untyped_storage(), offset, shape, stride)
-            return y.requires_grad_() if grad and y.is_floating_point() else y
-        if kind == "size" and len(x) == 2:
-            return torch.Size(x[1])
-        if kind == "dtype" and len(x) == 2 and isinstance(getattr(torch, x[1], None), torch.dtype):
-            return getattr(torch, x[1])
-        if kind == "device" and len(x) == 2:
-            return torch.device(x[1])
-        if kind == "complex" and len(x) == 3:
-            return complex(x[1], x[2])
-    if t in (tuple, list):
-        return t(unpack(v, token, storages, student) for v in x)
-    if t is dict:
-        return {k: unpack(v, token, storages, student) for k, v in x.items()}
-    return x
-
-
 class Forbidden(Exception):
     pass
 
 
-def _refusing_code(dotted):
-    """Code that raises Forbidden(dotted) from any function it is swapped into (it runs in that function's globals)."""
-    ns = {}
-    exec(compile(f"def refused(*args, **kwargs):\n    raise __import__({MODULE!r}).Forbidden({dotted!r})\n",
-                 "<forbidden>", "exec"), ns)
-    return ns["refused"].__code__
-
-
-def _student_frames(tb, limit=3):
-    lines = []
-    for fs in traceback.extract_tb(tb):
-        if (fs.filename == BRIDGE_FILE or fs.filename.startswith("<grader-scenario")
-                or os.path.abspath(fs.filename).startswith(_LIB_DIRS)):
-            continue
-        code = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
-        lines.append(f"in {fs.name}, line {fs.lineno}: {code}" if code else f"in {fs.name}, line {fs.lineno}")
-    return " | ".join(lines[-limit:])
+def _student_frames(tb):
+    return _wire.student_frames(tb, _LIB_DIRS, (BRIDGE_FILE, WIRE_FILE, "<grader-scenario"))
 
 
 def _error(e):
@@ -263,20 +162,12 @@ def _run(request, fn, args, kwargs, collect=False):
     With `collect`, the objects the call made (in reference cycles too) die before it returns, so a
     misbehaving `__del__` runs inside this call's time and is charged to this check."""
     token = request["token"]
-    saved, codes = [], []
-    for dotted in request["forbid"]:
-        owner_path, attr = dotted.rsplit(".", 1)
-        owner = _resolve(owner_path)
 
-        def refuse(*a, _dotted=dotted, **k):
-            raise Forbidden(_dotted)
-        original = getattr(owner, attr)
-        saved.append((owner, attr, original, attr in getattr(owner, "__dict__", {})))
-        setattr(owner, attr, refuse)
-        if (isinstance(original, types.FunctionType) and not original.__code__.co_freevars
-                and all(f is not original for f, _ in codes)):  # aliases bound before the call refuse too
-            codes.append((original, original.__code__))
-            original.__code__ = _refusing_code(dotted)
+    def refuse(dotted):
+        def refused(*a, **k):
+            raise Forbidden(dotted)
+        return refused
+    restore = _wire.forbid(request["forbid"], refuse, lambda dotted: f"__import__({MODULE!r}).Forbidden({dotted!r})")
     opaque, storages = {}, {}
     try:
         with torch.random.fork_rng(devices=[]):
@@ -289,13 +180,7 @@ def _run(request, fn, args, kwargs, collect=False):
     except BaseException as e:  # the student's exception is data for the grader, whatever it is
         reply = {"ok": False, "error": _error(e)}
     finally:
-        for fn, code in reversed(codes):
-            fn.__code__ = code
-        for owner, attr, original, own in reversed(saved):
-            if own or not isinstance(owner, type):
-                setattr(owner, attr, original)
-            else:  # inherited (Tensor.bfloat16 comes from TensorBase): leave no copy on the subclass
-                delattr(owner, attr)
+        restore()
     reply["args"] = [pack(a, token, storages) if type(a) in (torch.Tensor, torch.nn.Parameter) else None
                      for a in args]
     reply["opaque"], reply["storages"] = opaque, storage_list(storages)

@@ -1,0 +1,170 @@
+"""What crosses between the grading process and a student's kernel, declared once.
+
+Plain data (tensors, numbers, strings, sizes, dtypes, devices, and tuples, lists and dicts of them nested at
+most MAX_DEPTH deep) is packed into builtins only, so a pickle of it names no class; anything else travels as
+a token standing for an opaque object. Also here: refusing a forbidden function for the length of a call,
+the traceback filter that keeps only the student's frames, and the IPython attributes tamper detection watches.
+
+Dependency-free (torch and the standard library): the grading process imports it, and the bridge installs
+the kernel's copy from this file's text before any student code runs (as it installs the scenarios), so a
+notebook cannot have changed the copy the kernel side uses. `grader.scenario.to_data` is a round trip
+through it, so a notebook sees exactly what grading would.
+"""
+import linecache
+import os
+import traceback
+import types
+
+import torch
+
+MAX_DEPTH = 8  # containers nested deeper than this are not data
+PLAIN = (type(None), bool, int, float, str, bytes)  # what goes into the pickle as itself
+SHELL_ATTRS = ("showtraceback", "_showtraceback", "showsyntaxerror")  # how IPython shows an error
+_DATA_TYPES = "tensors, numbers, strings, sizes, dtypes, devices, and tuples, lists and dicts of them"
+
+
+def opaque_text(x):
+    """How an opaque value reads in a message: its repr, cut short, or its type when repr itself fails."""
+    try:
+        return repr(x)[:200]
+    except BaseException:
+        return f"<{type(x).__name__}>"
+
+
+def pack(x, token, storages, opaque=None, depth=0):
+    """Plain data as is; a tensor as a marker naming its storage (so views of one storage stay views of it,
+    whatever their dtypes); sizes, dtypes, devices and complex numbers as markers; anything else as a
+    token standing for an opaque object (or a TypeError when `opaque` is None). The result pickles with
+    builtins only: no class is ever named."""
+    t = type(x)
+    if t in PLAIN:
+        return x
+    if t is torch.Size:
+        return (token + "size", tuple(int(v) for v in x))
+    if t is torch.dtype:
+        return (token + "dtype", str(x).removeprefix("torch."))
+    if t is torch.device:
+        return (token + "device", str(x))
+    if t is complex:
+        return (token + "complex", x.real, x.imag)
+    if t in (torch.Tensor, torch.nn.Parameter) and x.layout == torch.strided and x.device.type == "cpu":
+        storage = x.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key not in storages:
+            storages[key] = (len(storages), torch.empty(0, dtype=torch.uint8).set_(storage))
+        return (token + "tensor", storages[key][0], str(x.dtype).removeprefix("torch."), tuple(x.shape),
+                tuple(x.stride()), x.storage_offset(), bool(x.requires_grad))
+    if depth < MAX_DEPTH and t in (tuple, list):
+        return t(pack(v, token, storages, opaque, depth + 1) for v in x)
+    if depth < MAX_DEPTH and t is dict and all(type(k) in (str, int) for k in x):
+        return {k: pack(v, token, storages, opaque, depth + 1) for k, v in x.items()}
+    if opaque is None:
+        deep = f" nested more than {MAX_DEPTH} levels deep" if t in (tuple, list, dict) else ""
+        raise TypeError(f"cannot send a {t.__name__}{deep} to the kernel: only plain data crosses ({_DATA_TYPES})")
+    key = f"{token}{len(opaque)}"
+    opaque[key] = (t.__module__ if t.__module__ != "builtins" else "", t.__qualname__, opaque_text(x))
+    return key
+
+
+def storage_list(storages):
+    """The storages pack met, in order, as bytes."""
+    return [u8.numpy().tobytes() for _, u8 in sorted(storages.values(), key=lambda v: v[0])]
+
+
+def storages_from(blobs):
+    """One uint8 tensor per storage, for unpack to make every tensor of that storage a view of it."""
+    return [torch.frombuffer(bytearray(b), dtype=torch.uint8) if b else torch.empty(0, dtype=torch.uint8)
+            for b in blobs]
+
+
+def unpack(x, token, storages, student=None):
+    """The inverse of pack (opaque tokens stay strings for the receiver to handle); `student(name)` resolves
+    a reference to one of the notebook's objects (a scenario's argument)."""
+    t = type(x)
+    if t is tuple and x and type(x[0]) is str and x[0].startswith(token):
+        kind = x[0][len(token):]
+        if kind == "student" and len(x) == 2 and student is not None:
+            return student(x[1])
+        if kind == "tensor" and len(x) == 7:
+            _, index, dtype, shape, stride, offset, grad = x
+            dt = getattr(torch, dtype)
+            if not isinstance(dt, torch.dtype):
+                raise ValueError(f"not a dtype: {dtype}")
+            y = torch.empty(0, dtype=dt).set_(storages[index].untyped_storage(), offset, shape, stride)
+            return y.requires_grad_() if grad and y.is_floating_point() else y
+        if kind == "size" and len(x) == 2:
+            return torch.Size(x[1])
+        if kind == "dtype" and len(x) == 2 and isinstance(getattr(torch, x[1], None), torch.dtype):
+            return getattr(torch, x[1])
+        if kind == "device" and len(x) == 2:
+            return torch.device(x[1])
+        if kind == "complex" and len(x) == 3:
+            return complex(x[1], x[2])
+    if t in (tuple, list):
+        return t(unpack(v, token, storages, student) for v in x)
+    if t is dict:
+        return {k: unpack(v, token, storages, student) for k, v in x.items()}
+    return x
+
+
+def resolve(dotted):
+    """The object at a dotted path, importing its top module; None when it does not exist."""
+    parts = dotted.split(".")
+    try:
+        obj = __import__(parts[0])
+        for part in parts[1:]:
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj
+
+
+def refusing_code(raise_expression):
+    """The code of a function that raises `raise_expression` whatever it is called with.
+
+    Swapped into a forbidden Python function, it also refuses the aliases a notebook bound before the check
+    (`from torch.utils.checkpoint import checkpoint_sequential`), which replacing the module attribute misses.
+    It runs in the forbidden function's own globals, so the expression names nothing but builtins.
+    """
+    namespace = {}
+    exec(compile(f"def refused(*args, **kwargs):\n    raise {raise_expression}\n", "<forbidden>", "exec"), namespace)
+    return namespace["refused"].__code__
+
+
+def forbid(dotted_names, refuse, raise_expression):
+    """Make each forbidden function refuse to run: its attribute becomes `refuse(dotted)` and, for a plain
+    Python function (no closure), its code is swapped for one raising `raise_expression(dotted)`, so aliases
+    bound earlier refuse too. Returns the function that puts everything back (call it in a `finally`)."""
+    saved, codes = [], []
+    for dotted in dotted_names:
+        owner_path, attr = dotted.rsplit(".", 1)
+        owner = resolve(owner_path)
+        original = getattr(owner, attr)
+        saved.append((owner, attr, original, attr in getattr(owner, "__dict__", {})))
+        setattr(owner, attr, refuse(dotted))
+        if (isinstance(original, types.FunctionType) and not original.__code__.co_freevars
+                and all(f is not original for f, _ in codes)):
+            codes.append((original, original.__code__))
+            original.__code__ = refusing_code(raise_expression(dotted))
+
+    def restore():
+        for fn, code in reversed(codes):
+            fn.__code__ = code
+        for owner, attr, original, own in reversed(saved):
+            if own or not isinstance(owner, type):
+                setattr(owner, attr, original)
+            else:  # inherited (Tensor.__getitem__ comes from TensorBase): leave no copy on the subclass
+                delattr(owner, attr)
+    return restore
+
+
+def student_frames(tb, skip_dirs, skip_files=(), limit=3):
+    """The last frames of a traceback that are the student's own code (not in `skip_dirs`, not one of the
+    grader's own compiled texts in `skip_files`), without file paths."""
+    lines = []
+    for fs in traceback.extract_tb(tb):
+        if fs.filename.startswith(tuple(skip_files)) or os.path.abspath(fs.filename).startswith(tuple(skip_dirs)):
+            continue
+        code = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
+        lines.append(f"in {fs.name}, line {fs.lineno}: {code}" if code else f"in {fs.name}, line {fs.lineno}")
+    return " | ".join(lines[-limit:])
