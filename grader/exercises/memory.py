@@ -23,12 +23,12 @@ TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1)
 COMPACT = exercise("memory.compact", points=2)
 TRAINING_MEMORY = exercise("memory.training_memory", points=2)
 MAX_PARAMS = exercise("memory.max_params", points=1)
-GET_BATCH = exercise("memory.get_batch", points=3)
 # Recording the saved tensors of a real block is the shortcut (and cannot reach the sizes of the hidden checks):
 # refused while the student's function runs, under any name.
 ACTIVATION_BYTES = exercise("memory.activation_bytes", points=3,
                             forbid=("torch.autograd.graph.saved_tensors_hooks.__enter__",
                                     "torch.autograd.graph.saved_tensors_hooks"))
+GET_BATCH = exercise("memory.get_batch", points=3)
 
 # Bytes per element of every dtype, from the formats' definitions (literals: the check computes nothing the
 # exercise asks for).
