@@ -422,7 +422,8 @@ def saved_bytes(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_
         parts["total"] += nbytes
         if kind == _bool:
             parts["mask"] += nbytes
-        elif block != "mlp" and shape[-2:] == (seq, seq) and nbytes == batch * n_heads * seq * seq * ELEMENT_BYTES[dtype]:
+        elif block != "mlp" and shape[-2:] == (seq, seq) and \
+                nbytes == batch * n_heads * seq * seq * ELEMENT_BYTES[dtype]:
             parts["softmax"] += nbytes
         elif block != "mlp" and shape == (batch, seq, 1) and d_model > 1:
             parts["stats"] += nbytes

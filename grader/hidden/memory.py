@@ -5,10 +5,11 @@ import math
 
 import torch
 
-from grader.exercises.memory import (ACTIVATION_BYTES, COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE, MAX_PARAMS, STATES,
-                                     TENSOR_NBYTES, TRAINING_MEMORY, expect_batches, expect_compact,
-                                     expect_activation, expect_input_unchanged, expect_max, expect_nbytes, expect_on_device,
-                                     expect_own_starts, expect_reads_little, expect_training, expect_usage, saved_bytes)
+from grader.exercises.memory import (ACTIVATION_BYTES, COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE,
+                                     MAX_PARAMS, STATES, TENSOR_NBYTES, TRAINING_MEMORY, expect_activation,
+                                     expect_batches, expect_compact, expect_input_unchanged, expect_max, expect_nbytes,
+                                     expect_on_device, expect_own_starts, expect_reads_little, expect_training,
+                                     expect_usage, saved_bytes)
 from grader.expect import expect, expect_raises, fail
 from grader.inputs import layouts, randint, random_shape
 from grader.scenario import run_scenario
@@ -199,13 +200,14 @@ def random_blocks_and_dtypes(activation_bytes_):
 
 @ACTIVATION_BYTES.hidden
 def real_sizes_exactly(activation_bytes_):
-    """GPT-2 small's and a 70B model's blocks at long contexts, and random huge shapes: exact ints, by arithmetic"""
+    """GPT-2 small's sizes and 70B-sized widths at long contexts, and random huge shapes: exact ints, by arithmetic"""
     cases = [("transformer", 8, 1024, 768, 12, 3072, torch.float32), ("mlp", 8, 1024, 768, 12, 3072, torch.bfloat16),
              ("transformer", 1, 8192, 8192, 64, 28672, torch.bfloat16)]
     for _ in range(10):
         heads = 2 ** randint(0, 7)
-        cases.append((("mlp", "transformer")[randint(0, 1)], randint(1, 4096), randint(1, 10**6), heads * randint(1, 256),
-                      heads, randint(1, 131072), (torch.float32, torch.bfloat16, torch.float64)[randint(0, 2)]))
+        cases.append((("mlp", "transformer")[randint(0, 1)], randint(1, 4096), randint(1, 10**6),
+                      heads * randint(1, 256), heads, randint(1, 131072),
+                      (torch.float32, torch.bfloat16, torch.float64)[randint(0, 2)]))
     for args in cases:
         expect_activation(activation_bytes_, args, activation_parts(*args), "the count is")
 
