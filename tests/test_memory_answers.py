@@ -116,6 +116,110 @@ CORRECT = [
 ]
 
 
+# ---------------------------------------------------------------- activation_bytes
+
+def activation_formula(block, batch, seq, d_model, n_heads, d_ff, dtype):
+    size, tokens = dtype.itemsize, batch * seq
+    if block == "mlp":
+        return tokens * (d_model + 2 * d_ff) * size
+    return (tokens * (8 * d_model + 2 * d_ff + 4) + batch * n_heads * seq * seq) * size + seq * seq
+
+
+def activation_by_layer(block, batch, seq, d_model, n_heads, d_ff, dtype):
+    """Layer by layer, one saved tensor at a time, through tensor_nbytes-style shapes."""
+    nbytes = lambda *shape, kind=dtype: math.prod(shape) * torch.empty((), dtype=kind).element_size()
+    mlp = [nbytes(batch, seq, d_model), nbytes(batch, seq, d_ff), nbytes(batch, seq, d_ff)]
+    if block == "mlp":
+        return sum(mlp)
+    head = d_model // n_heads
+    saved = [nbytes(batch, seq, d_model), nbytes(batch, seq, 1), nbytes(batch, seq, 1),   # LayerNorm 1
+             nbytes(batch, seq, d_model),                                                 # Q, K, V's input
+             nbytes(batch * n_heads, seq, head), nbytes(batch * n_heads, head, seq),      # q, k
+             nbytes(seq, seq, kind=torch.bool),                                           # the causal mask
+             nbytes(batch, n_heads, seq, seq),                                            # softmax output
+             nbytes(batch * n_heads, seq, head),                                          # v
+             nbytes(batch, seq, d_model),                                                 # O's input
+             nbytes(batch, seq, d_model), nbytes(batch, seq, 1), nbytes(batch, seq, 1)]   # LayerNorm 2
+    return sum(saved) + sum(mlp)
+
+
+def activation_meta(block, batch, seq, d_model, n_heads, d_ff, dtype):
+    """Per token and per sequence, in bits, then bytes."""
+    bits = torch.finfo(dtype).bits
+    per_token = d_model + 2 * d_ff if block == "mlp" else 8 * d_model + 2 * d_ff + 4
+    attention = 0 if block == "mlp" else batch * n_heads * seq * seq * bits + seq * seq * 8
+    return (batch * seq * per_token * bits + attention) // 8
+
+
+CORRECT += [("activation_bytes", activation_formula), ("activation_bytes", activation_by_layer),
+            ("activation_bytes", activation_meta)]
+
+
+def _act(block, b, s, d, h, f, dtype, *, per_token=None, softmax=None, mask=None, size=None, extra=0,
+         mlp_per_token=None):
+    """The right count with one part changed, for the named mistakes below (`per_token` is the block's)."""
+    size = dtype.itemsize if size is None else size
+    if block == "mlp":
+        return b * s * (d + 2 * f if mlp_per_token is None else mlp_per_token) * size + extra
+    per_token = 8 * d + 2 * f + 4 if per_token is None else per_token
+    softmax = b * h * s * s if softmax is None else softmax
+    mask = s * s if mask is None else mask
+    return (b * s * per_token + softmax) * size + mask + extra
+
+
+def _params(block, d, f):
+    mlp = d * f + f + f * d + d
+    return mlp if block == "mlp" else mlp + 4 * (d * d + d) + 4 * d
+
+
+# The named mistakes, each with the public check that catches it first and what its message says.
+ACTIVATION_WRONG = {
+    "forgets the GELU input": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=d + f,
+                                                               per_token=8 * d + f + 4),
+                               "tiny_blocks_by_hand", "GELU saves its input"),
+    "counts parameters as activations": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t,
+                                                                          extra=_params(B, d, f) * t.itemsize),
+                                         "tiny_blocks_by_hand", "counts the parameters"),
+    "forgets the dtype size (elements)": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=1),
+                                          "tiny_blocks_by_hand", "counts elements"),
+    "always 4 bytes per value": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=4),
+                                 "agrees_with_saved_tensors_hooks", "returned"),
+    "softmax output once, not per head": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=b * s * s),
+                                          "tiny_blocks_by_hand", "every one of the n_heads heads"),
+    "softmax output counted twice": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=2 * b * h * s * s),
+                                     "tiny_blocks_by_hand", "counted twice"),
+    "forgets the softmax output": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=0),
+                                   "tiny_blocks_by_hand", "softmax output is missing"),
+    "forgets the causal mask": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=0),
+                                "tiny_blocks_by_hand", "causal mask is missing"),
+    "mask in the dtype": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=s * s * t.itemsize),
+                          "tiny_blocks_by_hand", "1 byte per entry"),
+    "mask per sequence and head": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=b * h * s * s),
+                                   "tiny_blocks_by_hand", "shared by the batch and heads"),
+    "forgets the LayerNorm statistics": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=8 * d + 2 * f),
+                                         "tiny_blocks_by_hand", "statistics are missing"),
+    "forgets q, k, v": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=5 * d + 2 * f + 4),
+                        "tiny_blocks_by_hand", "q, k and v are missing"),
+    "forgets the block's input": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=2 * f,
+                                                                   per_token=7 * d + 2 * f + 4),
+                                  "tiny_blocks_by_hand", "d_model-wide tensor per token missing"),
+    "a float": (lambda B, b, s, d, h, f, t: float(_act(B, b, s, d, h, f, t)), "tiny_blocks_by_hand", "Python int"),
+}
+
+
+def activation_recorded(block, batch, seq, d_model, n_heads, d_ff, dtype):
+    """The shortcut: build the block and let autograd tell (refused, and it cannot reach real sizes)."""
+    from grader.exercises.memory import saved_bytes
+    return saved_bytes(block, batch, seq, d_model, n_heads, d_ff, dtype)["total"]
+
+
+def activation_recorded_by_path(block, batch, seq, d_model, n_heads, d_ff, dtype):
+    import torch.autograd.graph
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        pass
+    return activation_formula(block, batch, seq, d_model, n_heads, d_ff, dtype)
+
+
 @pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CORRECT)])
 def test_correct_answers_pass_every_check(name, fn):
     r = run_exercise(f"memory.{name}", fn, hidden=True)
@@ -307,6 +411,10 @@ WRONG = [
 ]
 
 
+WRONG += [*[("activation_bytes", fn) for fn, _, _ in ACTIVATION_WRONG.values()],
+          ("activation_bytes", activation_recorded), ("activation_bytes", activation_recorded_by_path)]
+
+
 @pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
 def test_plausible_wrong_answers_fail(name, fn):
     r = run_exercise(f"memory.{name}", fn, hidden=True)
@@ -356,3 +464,45 @@ def test_reading_the_whole_file_is_caught_by_every_measure():
     assert got["numpy_peak"] >= got["file_bytes"], got
     fine = scenarios.pages_read(batch_zero_copy, 2**23, 8, 32, 0)
     assert all(p <= 2 * 8 for p in fine["pages"].values()) and fine["numpy_peak"] < 2**16, fine
+
+
+@pytest.mark.parametrize("mistake", list(ACTIVATION_WRONG))
+def test_activation_mistakes_are_named(mistake):
+    """Each named mistake fails the public checks first in the check listed, with a message that names it."""
+    fn, check, words = ACTIVATION_WRONG[mistake]
+    r = run_exercise("memory.activation_bytes", fn)
+    failing = [c for c in r.checks if not c.passed]
+    assert failing and failing[0].name == check, [(c.name, c.message) for c in failing]
+    assert words in failing[0].message, failing[0].message
+
+
+def test_activation_shortcut_is_refused():
+    """Recording a real block's saved tensors inside the student's function fails, and the hooks work afterwards."""
+    for fn in (activation_recorded, activation_recorded_by_path):
+        r = run_exercise("memory.activation_bytes", fn)
+        message = next(c.message for c in r.checks if not c.passed)
+        assert "must do this itself, not call torch.autograd.graph.saved_tensors_hooks" in message, message
+    seen = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
+        (torch.randn(3, requires_grad=True) * torch.randn(3)).sum()
+    assert seen
+
+
+def test_activation_oracles_agree():
+    """The public literals are what the hooks record on the real blocks, and the hidden closed form agrees with
+    the hooks on shapes of every kind (fused and separate Q, K, V; views and copies of q, k, v)."""
+    from grader.exercises.memory import saved_bytes
+    from grader.hidden.memory import activation_parts
+    assert saved_bytes("mlp", 2, 5, 6, 3, 7, torch.float32)["total"] == 800
+    assert saved_bytes("transformer", 2, 5, 6, 3, 7, torch.float32) == {"total": 3265, "mask": 25, "softmax": 600,
+                                                                         "stats": 160}
+    for args in [("transformer", 1, 5, 12, 3, 7, torch.float16), ("transformer", 3, 1, 8, 2, 7, torch.float64),
+                 ("transformer", 2, 4, 6, 1, 5, torch.bfloat16), ("transformer", 2, 5, 12, 3, 20, torch.float32)]:
+        for fused in (False, True):
+            assert saved_bytes(*args, fused=fused)["total"] == activation_parts(*args)["total"], (args, fused)
+
+
+def test_activation_stub_is_not_implemented():
+    def activation_bytes(block, batch, seq, d_model, n_heads, d_ff, dtype):
+        raise NotImplementedError
+    assert run_exercise("memory.activation_bytes", activation_bytes, hidden=True).status == "not_implemented"

@@ -1,10 +1,19 @@
-"""Chapter 03 (memory): public checks. Hidden checks for the same exercises live in grader/hidden/memory.py."""
+"""Chapter 03 (memory): public checks. Hidden checks for the same exercises live in grader/hidden/memory.py.
+
+activation_bytes is checked against torch's own record of what autograd saves (`saved_tensors_hooks`, bound at
+import) on real blocks built here (`_MLP`, `_Block`), whose saved tensors are also sorted into parts, so a wrong
+count can be told which part went wrong.
+"""
 from __future__ import annotations
 
+import math
+
 import torch
+from torch import nn
 
 from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_tensor_like,
                            expect_type, factor_hint, fail)
+from grader.inputs import randint
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import memory as scenarios
@@ -14,6 +23,11 @@ TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1)
 COMPACT = exercise("memory.compact", points=2)
 TRAINING_MEMORY = exercise("memory.training_memory", points=2)
 MAX_PARAMS = exercise("memory.max_params", points=1)
+# Recording the saved tensors of a real block is the shortcut (and cannot reach the sizes of the hidden checks):
+# refused while the student's function runs, under any name.
+ACTIVATION_BYTES = exercise("memory.activation_bytes", points=3,
+                            forbid=("torch.autograd.graph.saved_tensors_hooks.__enter__",
+                                    "torch.autograd.graph.saved_tensors_hooks"))
 GET_BATCH = exercise("memory.get_batch", points=3)
 
 # Bytes per element of every dtype, from the formats' definitions (literals: the check computes nothing the
@@ -333,3 +347,168 @@ def expect_reads_little(get_batch, batch_size: int, context_length: int, seed: i
     expect(out["numpy_peak"] < out["file_bytes"] // 4,
            f"{what} allocated {out['numpy_peak']:,} bytes of numpy arrays for a file of {out['file_bytes']:,} "
            f"bytes: {whole}")
+
+
+# ---------------------------------------------------------------- activation_bytes
+
+_SavedHooks = torch.autograd.graph.saved_tensors_hooks  # torch's record of what the forward pass saves: the oracle
+_Module, _Linear, _LayerNorm, _GELU, _Sequential = nn.Module, nn.Linear, nn.LayerNorm, nn.GELU, nn.Sequential
+_ones, _randn, _bool, _manual_seed = torch.ones, torch.randn, torch.bool, torch.manual_seed
+_sqrt = math.sqrt
+
+
+class _MLP(_Module):
+    """The transformer's MLP: Linear(d_model, d_ff) -> GELU -> Linear(d_ff, d_model), with biases."""
+
+    def __init__(self, d_model: int, d_ff: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.net = _Sequential(_Linear(d_model, d_ff, dtype=dtype), _GELU(), _Linear(d_ff, d_model, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class _Block(_Module):
+    """A pre-norm decoder block, written out: LayerNorm, Q, K, V (one fused Linear or three), explicit
+    `q @ k.transpose` scores scaled by 1/sqrt(head_dim), a causal mask made in the forward pass and applied with
+    masked_fill, softmax, the weighted sum, the output projection, a residual; LayerNorm, the MLP, a residual."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dtype: torch.dtype, fused: bool) -> None:
+        super().__init__()
+        self.n_heads, self.fused = n_heads, fused
+        self.ln1, self.ln2 = _LayerNorm(d_model, dtype=dtype), _LayerNorm(d_model, dtype=dtype)
+        if fused:
+            self.qkv = _Linear(d_model, 3 * d_model, dtype=dtype)
+        else:
+            self.q, self.k, self.v = (_Linear(d_model, d_model, dtype=dtype) for _ in range(3))
+        self.o = _Linear(d_model, d_model, dtype=dtype)
+        self.mlp = _MLP(d_model, d_ff, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        h = self.ln1(x)
+        q, k, v = self.qkv(h).split(d, dim=-1) if self.fused else (self.q(h), self.k(h), self.v(h))
+        q, k, v = (t.reshape(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / _sqrt(d // self.n_heads)            # (b, heads, s, s)
+        future = _ones(s, s, dtype=_bool, device=x.device).triu(1)            # the causal mask, 1 byte per entry
+        weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+        attended = (weights @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.o(attended)
+        return x + self.mlp(self.ln2(x))
+
+
+def saved_bytes(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, dtype: torch.dtype, *,
+                fused: bool = False) -> dict[str, int]:
+    """What autograd saves for backward in one forward pass of the real block on a (batch, seq, d_model) input that
+    requires grad: bytes of every distinct storage saved, parameters left out (they are in memory anyway). Also
+    sorted into parts for the hints: the 1-byte bool mask, the softmax outputs (the only (.., seq, seq) float
+    tensors), the LayerNorms' per-token statistics (last dimension 1), and the rest."""
+    _manual_seed(0)
+    model = _MLP(d_model, d_ff, dtype) if block == "mlp" else _Block(d_model, n_heads, d_ff, dtype, fused)
+    x = _randn(batch, seq, d_model).to(dtype).requires_grad_()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, tuple[int, tuple[int, ...], torch.dtype]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = (storage.nbytes(), tuple(t.shape), t.dtype)
+        return t
+
+    with _SavedHooks(pack, lambda t: t):
+        model(x)
+    parts = {"total": 0, "mask": 0, "softmax": 0, "stats": 0}
+    for nbytes, shape, kind in saved.values():
+        parts["total"] += nbytes
+        if kind == _bool:
+            parts["mask"] += nbytes
+        elif block != "mlp" and shape[-2:] == (seq, seq) and \
+                nbytes == batch * n_heads * seq * seq * ELEMENT_BYTES[dtype]:
+            parts["softmax"] += nbytes
+        elif block != "mlp" and shape == (batch, seq, 1) and d_model > 1:
+            parts["stats"] += nbytes
+    return parts
+
+
+def _activation_hint(got: int, want: dict[str, int], args: tuple) -> str:
+    """The named mistake a wrong count matches (several shapes are checked, so each mistake shows in one)."""
+    block, b, s, d, h, f, dtype = args
+    size, total = ELEMENT_BYTES[dtype], want["total"]
+    tokens = b * s
+    if block != "mlp" and got == total - want["mask"] + s * s * size:
+        return " (the causal mask is bool: 1 byte per entry, whatever the dtype)"
+    if got * size == total - want["mask"] + want["mask"] * size or got == (total - want["mask"]) // size + want["mask"]:
+        return f" (that counts elements: multiply by the dtype's {size} bytes per element)"
+    if got == total - tokens * f * size:
+        return " (one d_ff-wide tensor missing: GELU saves its input, and the second Linear saves GELU's output)"
+    if got == total - tokens * d * size:
+        return (" (one d_model-wide tensor per token missing: the block's input, the normalized inputs of the "
+                "projections and the MLP, q, k, v, the attention output and the residual sum are all saved)")
+    if block != "mlp" and h > 1 and got == total - want["softmax"] + want["softmax"] // h:
+        return " (the softmax output counted once: every one of the n_heads heads saves its own seq x seq weights)"
+    if block != "mlp" and got == total + want["softmax"]:
+        return (" (the softmax output counted twice: softmax saves it and the weighted sum saves the same tensor, "
+                "one storage)")
+    if block != "mlp" and got == total - want["softmax"]:
+        return " (the softmax output is missing: softmax's backward needs its output, b x heads x seq x seq values)"
+    if block != "mlp" and want["mask"] and got == total - want["mask"]:
+        return " (the causal mask is missing: masked_fill keeps it for backward, seq x seq bools)"
+    if block != "mlp" and want["mask"] and got == total - want["mask"] + b * h * s * s:
+        return " (the mask counted per sequence and head: it is one seq x seq tensor, shared by the batch and heads)"
+    if block != "mlp" and got == total - want["stats"]:
+        return " (the LayerNorms' statistics are missing: each keeps a mean and 1/std per token, in the dtype)"
+    weights = 2 * d * f if block == "mlp" else 2 * d * f + 4 * d * d
+    everything = weights + d + f if block == "mlp" else weights + d + f + 4 * d + 4 * d
+    if got in (total + weights * size, total + everything * size):
+        return (" (that counts the parameters: they are in memory whatever the step does; activations are what "
+                "the forward pass adds)")
+    if block != "mlp" and got == total - 3 * tokens * d * size:
+        return " (q, k and v are missing: the scores matmul saves q and k, the weighted sum saves v)"
+    return factor_hint(got, total)
+
+
+def expect_activation(activation_bytes, args: tuple, want: dict[str, int] | None = None,
+                      what_counts: str = "autograd saves") -> None:
+    block, b, s, d, h, f, dtype = args
+    want = want or saved_bytes(*args)
+    what = f"activation_bytes({block!r}, {b}, {s}, {d}, {h}, {f}, {dtype})"
+    got = activation_bytes(*args)
+    if type(got) is not int:
+        fail(f"{what} should return a Python int, got {describe(got)}")
+    if got != want["total"]:
+        fail(f"{what} returned {got:,}; {what_counts} {want['total']:,} bytes" + _activation_hint(got, want, args))
+
+
+@ACTIVATION_BYTES.check
+def tiny_blocks_by_hand(activation_bytes):
+    """batch 2, seq 5, d_model 6, 3 heads, d_ff 7 in float32: the MLP saves 800 bytes, the block 3,265
+
+    The block's 3,265: 2,640 bytes of per-token tensors, 600 of softmax weights and 25 of the bool mask."""
+    expect_activation(activation_bytes, ("mlp", 2, 5, 6, 3, 7, torch.float32),
+                      {"total": 800, "mask": 0, "softmax": 0, "stats": 0}, "by hand it is")
+    expect_activation(activation_bytes, ("transformer", 2, 5, 6, 3, 7, torch.float32),
+                      {"total": 3265, "mask": 25, "softmax": 600, "stats": 160}, "by hand it is")
+
+
+@ACTIVATION_BYTES.check
+def agrees_with_saved_tensors_hooks(activation_bytes):
+    """real blocks built here, float32 and bfloat16, against what saved_tensors_hooks records
+
+    Fused or separate Q, K, V projections; one head or several; a batch of one, a sequence of one."""
+    cases = [("mlp", 3, 5, 8, 1, 20, torch.bfloat16), ("transformer", 2, 5, 12, 3, 20, torch.float32),
+             ("transformer", 1, 7, 8, 4, 16, torch.bfloat16), ("transformer", 3, 1, 6, 2, 5, torch.float32),
+             ("transformer", 2, 4, 6, 1, 9, torch.bfloat16)]
+    for _ in range(2):
+        heads = randint(1, 4)
+        cases.append(("transformer", randint(1, 3), randint(1, 9), heads * randint(1, 4), heads, randint(1, 24),
+                      (torch.float32, torch.bfloat16)[randint(0, 1)]))
+    for i, args in enumerate(cases):
+        expect_activation(activation_bytes, args, saved_bytes(*args, fused=i % 2 == 0))
+
+
+@ACTIVATION_BYTES.check
+def dtype_and_mask(activation_bytes):
+    """the same block in float32 and bfloat16: every saved value halves, except the 1-byte causal mask"""
+    for dtype in (torch.float32, torch.bfloat16):
+        args = ("transformer", 2, 6, 8, 2, 12, dtype)
+        expect_activation(activation_bytes, args, saved_bytes(*args))

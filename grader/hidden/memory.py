@@ -5,10 +5,11 @@ import math
 
 import torch
 
-from grader.exercises.memory import (COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE, MAX_PARAMS, STATES,
-                                     TENSOR_NBYTES, TRAINING_MEMORY, expect_batches, expect_compact,
-                                     expect_input_unchanged, expect_max, expect_nbytes, expect_on_device,
-                                     expect_own_starts, expect_reads_little, expect_training, expect_usage)
+from grader.exercises.memory import (ACTIVATION_BYTES, COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE,
+                                     MAX_PARAMS, STATES, TENSOR_NBYTES, TRAINING_MEMORY, expect_activation,
+                                     expect_batches, expect_compact, expect_input_unchanged, expect_max, expect_nbytes,
+                                     expect_on_device, expect_own_starts, expect_reads_little, expect_training,
+                                     expect_usage, saved_bytes)
 from grader.expect import expect, expect_raises, fail
 from grader.inputs import layouts, randint, random_shape
 from grader.scenario import run_scenario
@@ -161,3 +162,59 @@ def rows_start_at_their_own_positions(get_batch):
 def large_batches_read_little(get_batch):
     """64 windows of 16 tokens from a 16 MiB memmap still touch a small part of it"""
     expect_reads_little(get_batch, 64, 16, 9)
+
+
+# ---------------------------------------------------------------- activation_bytes
+
+def activation_parts(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int,
+                     dtype: torch.dtype) -> dict[str, int]:
+    """What each layer saves, in closed form: an oracle written apart from the hooks the public checks use."""
+    size, tokens = ELEMENT_BYTES[dtype], batch * seq
+    mlp = tokens * (d_model + d_ff + d_ff) * size         # Linear 1's input, GELU's input, Linear 2's input
+    if block == "mlp":
+        return {"total": mlp, "mask": 0, "softmax": 0, "stats": 0}
+    # the block's input, LN1's output (read by Q, K, V), q, k, v, the attention output (O's input), the
+    # residual sum (LN2's input), LN2's output (the MLP's input, counted in `mlp`)
+    widths = tokens * 7 * d_model * size
+    stats = 2 * 2 * tokens * size                          # a mean and 1/std per token, two LayerNorms
+    softmax = batch * n_heads * seq * seq * size           # kept by softmax, read by the weighted sum: one tensor
+    mask = seq * seq                                       # bool
+    return {"total": mlp + widths + stats + softmax + mask, "mask": mask, "softmax": softmax, "stats": stats}
+
+
+@ACTIVATION_BYTES.hidden
+def random_blocks_and_dtypes(activation_bytes_):
+    """random shapes in float32, bfloat16, float16 and float64, against saved_tensors_hooks and a closed form"""
+    dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    cases = [("transformer", 1, 1, 1, 1, 1, torch.float32), ("mlp", 1, 1, 1, 1, 1, torch.float64),
+             ("transformer", 4, 3, 6, 6, 2, torch.float16)]
+    for _ in range(10):
+        heads = randint(1, 4)
+        cases.append((("mlp", "transformer")[randint(0, 1)], randint(1, 4), randint(1, 10), heads * randint(1, 5),
+                      heads, randint(1, 30), dtypes[randint(0, 3)]))
+    for args in cases:
+        want = saved_bytes(*args, fused=randint(0, 1) == 1)
+        assert want["total"] == activation_parts(*args)["total"], f"the grader's two references disagree on {args}"
+        expect_activation(activation_bytes_, args, want)
+
+
+@ACTIVATION_BYTES.hidden
+def real_sizes_exactly(activation_bytes_):
+    """GPT-2 small's sizes and 70B-sized widths at long contexts, and random huge shapes: exact ints, by arithmetic"""
+    cases = [("transformer", 8, 1024, 768, 12, 3072, torch.float32), ("mlp", 8, 1024, 768, 12, 3072, torch.bfloat16),
+             ("transformer", 1, 8192, 8192, 64, 28672, torch.bfloat16)]
+    for _ in range(10):
+        heads = 2 ** randint(0, 7)
+        cases.append((("mlp", "transformer")[randint(0, 1)], randint(1, 4096), randint(1, 10**6),
+                      heads * randint(1, 256), heads, randint(1, 131072),
+                      (torch.float32, torch.bfloat16, torch.float64)[randint(0, 2)]))
+    for args in cases:
+        expect_activation(activation_bytes_, args, activation_parts(*args), "the count is")
+
+
+@ACTIVATION_BYTES.hidden
+def the_mlp_has_no_heads(activation_bytes_):
+    """the MLP's count does not depend on n_heads; a block's grows by batch x seq^2 x bytes with each head"""
+    for heads in (1, 2, 4):
+        expect_activation(activation_bytes_, ("mlp", 3, 4, 8, heads, 10, torch.float32),
+                          activation_parts("mlp", 3, 4, 8, 1, 10, torch.float32), "the count is")
