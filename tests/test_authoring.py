@@ -170,6 +170,18 @@ def test_student_notebook_keeps_ids_and_metadata_clears_outputs():
     assert nb.cells[1].outputs and nb.cells[1].execution_count == 3  # the input is not mutated
 
 
+def test_collapsed_hint_cells_stay_collapsed_in_the_student_notebook():
+    """A hint in a markdown cell with jupyter.source_hidden (JupyterLab shows it collapsed) reaches the student
+    notebook collapsed and whole: the 02 round_to_bf16 hint, which gives most of the method away."""
+    nb = nbformat.read(REPO / "solutions" / "02_dtypes.ipynb", as_version=4)
+    out = student.student_notebook(nb, "02_dtypes.ipynb")
+    hint = next(c for c in out.cells if c.id == "hint-round-to-bf16")
+    assert hint.cell_type == "markdown" and hint.metadata["jupyter"]["source_hidden"] is True
+    assert "0x7FFF" in hint.source and hint.source == next(c for c in nb.cells if c.id == hint.id).source
+    exercise = out.cells[out.cells.index(hint) - 1]
+    assert "Stuck?" in exercise.source and "0x7FFF" not in exercise.source  # the exercise text itself gives none
+
+
 def test_generation_is_deterministic_and_written_as_jupyter_would(tmp_path):
     solutions = write_solutions(tmp_path / "solutions")
     out_a, out_b = tmp_path / "a", tmp_path / "b"

@@ -150,6 +150,8 @@ CORRECT = [
     ("round_to_bf16", round_sign_magnitude), ("round_to_bf16", round_python_struct),
     ("sequential_sum", sequential_python_loop), ("sequential_sum", sequential_rounding_floats),
     ("sequential_sum", lambda v, d: functools.reduce(lambda a, b: a + b, v.to(d).unbind(), torch.zeros((), dtype=d))),
+    # Python's builtin sum adds left to right (0 + v0 + v1 ...): sequential, and not torch's forbidden sum
+    ("sequential_sum", lambda v, d: torch.zeros((), dtype=d) + sum(v.to(d).unbind(), torch.zeros((), dtype=d))),
     ("kahan_sum", kahan_named), ("kahan_sum", kahan_negated_compensation),
     ("update_loss_scale", scale_rule_compact), ("update_loss_scale", scale_rule_ints),
     ("update_loss_scale", scale_rule_tensor_math),
@@ -376,6 +378,57 @@ def scale_count_from_one(scale, found_inf, good_steps, growth_interval=2000):
     return scale_rule_compact(scale, False, good_steps, growth_interval)
 
 
+def _subnormal_formula(dtype):
+    return float(torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps)
+
+
+def subnormal_by_nextafter(dtype):
+    """The next number after 0 toward 1 (torch has no nextafter for float8: the formula there)."""
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return _subnormal_formula(dtype)
+    return float(torch.nextafter(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)))
+
+
+def subnormal_by_tensor_nextafter(dtype):
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return _subnormal_formula(dtype)
+    return float(torch.zeros((), dtype=dtype).nextafter(torch.ones((), dtype=dtype)))
+
+
+def subnormal_by_numpy_finfo(dtype):
+    """NumPy's finfo has smallest_subnormal for the dtypes NumPy knows."""
+    import numpy as np
+    known = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16}
+    return float(np.finfo(known[dtype]).smallest_subnormal) if dtype in known else _subnormal_formula(dtype)
+
+
+def subnormal_by_math_ulp(dtype):
+    """math.ulp(0.0) is float64's smallest subnormal; the public float64 check names it."""
+    return math.ulp(0.0) if dtype == torch.float64 else _subnormal_formula(dtype)
+
+
+def seq_by_fsum(values, dtype):
+    """math.fsum adds exactly and rounds once: not one rounding per step."""
+    return torch.tensor(math.fsum(values.to(dtype).tolist()), dtype=dtype)
+
+
+def kahan_by_fsum(values, dtype):
+    return torch.tensor(math.fsum(values.to(dtype).tolist()), dtype=dtype)
+
+
+def scale_by_amp_op(scale, found_inf, good_steps, growth_interval=2000):
+    """GradScaler's own update kernel: the rule done for you."""
+    s, g = torch.tensor([scale], dtype=torch.float32), torch.tensor([good_steps], dtype=torch.int32)
+    torch._amp_update_scale_(s, g, torch.tensor([float(found_inf)]), 2.0, 0.5, growth_interval)
+    return float(s), int(g)
+
+
+def scale_by_gradscaler(scale, found_inf, good_steps, growth_interval=2000):
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=growth_interval)
+    scaler.load_state_dict({**scaler.state_dict(), "_growth_tracker": good_steps})
+    return scale_by_amp_op(scale, found_inf, good_steps, growth_interval)
+
+
 WRONG = [
     # 0-7: the smallest normal (finfo.tiny) for the smallest subnormal, and other misreadings
     ("smallest_subnormal", lambda d: torch.finfo(d).tiny),
@@ -417,6 +470,11 @@ WRONG = [
     ("update_loss_scale", scale_integer_halving), ("update_loss_scale", scale_float_count),
     ("update_loss_scale", scale_count_from_one),
     ("update_loss_scale", lambda s, f, g, growth_interval=2000: list(scale_rule_compact(s, f, g, growth_interval))),
+    # 52: library calls that do the whole job (issue 16's shortcut sweep); SHORTCUTS below names the check and message
+    ("smallest_subnormal", subnormal_by_nextafter), ("smallest_subnormal", subnormal_by_tensor_nextafter),
+    ("smallest_subnormal", subnormal_by_numpy_finfo), ("smallest_subnormal", subnormal_by_math_ulp),
+    ("sequential_sum", seq_by_fsum), ("kahan_sum", kahan_by_fsum), ("kahan_sum", lambda v, d: v.to(d).cumsum(0)[-1]),
+    ("update_loss_scale", scale_by_amp_op), ("update_loss_scale", scale_by_gradscaler),
 ]
 
 
@@ -464,6 +522,41 @@ assert all(entry in WRONG for entry in CLASSIC.values() if entry[1] is not subno
 def test_public_checks_catch_the_classic_mistakes(mistake):
     name, fn = CLASSIC[mistake]
     assert run_exercise(f"dtypes.{name}", fn).status != "passed", mistake
+
+
+SHORTCUTS = [  # (exercise, answer, the public check that catches it, words of its message)
+    ("smallest_subnormal", subnormal_by_nextafter, "float32_and_float16", "not call torch.nextafter"),
+    ("smallest_subnormal", subnormal_by_tensor_nextafter, "float32_and_float16", "not call torch.Tensor.nextafter"),
+    ("smallest_subnormal", subnormal_by_numpy_finfo, "float32_and_float16", "not call numpy.finfo"),
+    ("smallest_subnormal", subnormal_by_math_ulp, "float64", "not call math.ulp"),
+    ("sequential_sum", seq_pairwise, "drifts_in_float16", "not call torch.Tensor.sum"),
+    ("sequential_sum", seq_by_fsum, "drifts_in_float16", "not call math.fsum"),
+    ("sequential_sum", lambda v, d: v.to(d).cumsum(0)[-1], "drifts_in_float16", "not call torch.Tensor.cumsum"),
+    ("kahan_sum", lambda v, d: v.to(d).sum(), "stays_near_ten", "not call torch.Tensor.sum"),
+    ("kahan_sum", lambda v, d: torch.sum(v.to(d)), "stays_near_ten", "not call torch.sum"),
+    ("kahan_sum", kahan_by_fsum, "stays_near_ten", "not call math.fsum"),
+    ("update_loss_scale", scale_by_amp_op, "halves_and_resets_on_overflow", "not call torch._amp_update_scale_"),
+    ("update_loss_scale", scale_by_gradscaler, "halves_and_resets_on_overflow", "not call torch.amp.GradScaler"),
+    ("round_to_bf16", round_with_torch_method, "exact_values_stay", "not call torch.Tensor.bfloat16"),
+    ("round_to_bf16", round_with_torch_to, "exact_values_stay", "made a bfloat16 tensor"),
+]
+
+
+@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[2]}-{i}" for i, s in enumerate(SHORTCUTS)])
+def test_public_checks_name_the_shortcut(name, fn, check, words):
+    """A whole-job library call fails a public check whose message names it, before any grading."""
+    r = run_exercise(f"dtypes.{name}", fn)
+    failed = {c.name: c.message for c in r.checks if not c.passed}
+    assert check in failed and words in failed[check], failed
+
+
+def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch):
+    """The forbidden calls really do the whole job (else forbidding them would prove nothing)."""
+    for name, fn in [("smallest_subnormal", subnormal_by_nextafter), ("smallest_subnormal", subnormal_by_numpy_finfo),
+                     ("smallest_subnormal", subnormal_by_math_ulp), ("update_loss_scale", scale_by_amp_op)]:
+        monkeypatch.setattr(registry.get(f"dtypes.{name}"), "forbid", ())
+        r = run_exercise(f"dtypes.{name}", fn, hidden=True)
+        assert r.status == "passed", (name, fn.__name__, [(c.name, c.message) for c in r.checks if not c.passed])
 
 
 def test_the_messages_name_the_mistake():

@@ -171,6 +171,25 @@ def _broadcast_by_an_alias(a, b):
     return tuple(int(s) for s in broadcast_shapes(a, b))
 
 
+def _broadcast_by_refs(a, b):
+    """torch._refs' pure-Python broadcast rule: handles any sizes, so only the forbid list stops it."""
+    try:
+        return tuple(torch._refs._broadcast_shapes(a, b))
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+
+
+def _offset_by_narrowing(x, index):
+    """Narrows x down to the one element and reads its storage_offset(): needs a tensor, not just its layout."""
+    if len(index) != x.dim():
+        raise IndexError("one index per dimension")
+    for d, i in enumerate(index):
+        if not -x.shape[d] <= i < x.shape[d]:
+            raise IndexError(i)
+        x = x.narrow(d, i % x.shape[d], 1)
+    return x.storage_offset()
+
+
 class _AlwaysClose(torch.Tensor):
     """A tensor subclass that claims to equal anything."""
 
@@ -245,12 +264,16 @@ WRONG = [
     ("broadcast_shape", lambda a, b: __import__("numpy").broadcast(__import__("numpy").empty(a),
                                                                     __import__("numpy").empty(b)).shape),
     ("broadcast_shape", _broadcast_by_expanding),
-    # no name to forbid: sizes_no_array_could_have gives shapes of 2**40 x 2**40, 2**70 and 70 dimensions
+    # meta tensors: their broadcast runs torch._refs._broadcast_shapes (forbidden); sizes_no_array_could_have too
     ("broadcast_shape", _broadcast_by_meta_tensors),
     # torch._C._is_alias_of answers the question outright: forbidden
     ("same_storage", lambda x, y: torch._C._is_alias_of(x, y)),
     # the same storage, offset, sizes and strides: x and x[1:] share a storage but are not "set to" each other
     ("same_storage", lambda x, y: x.is_set_to(y)),
+    # issue 16's shortcut sweep: the broadcast rule from torch._refs (forbidden), an offset read off narrow()
+    ("broadcast_shape", _broadcast_by_refs),
+    ("broadcast_shape", lambda a, b: tuple(torch._refs.broadcast_shapes(a, b))),
+    ("element_offset", _offset_by_narrowing),
 ]
 
 
@@ -281,10 +304,28 @@ SHORTCUTS = [  # (exercise, answer, the public check that catches it, words of i
      "not call numpy.broadcast_shapes"),
     ("broadcast_shape", _broadcast_by_an_alias, "same_rank", "not call numpy.broadcast_shapes"),
     ("broadcast_shape", _broadcast_by_expanding, "same_rank", "not call torch.broadcast_tensors"),
-    ("broadcast_shape", _broadcast_by_meta_tensors, "sizes_no_array_could_have", "needs no tensor or array"),
+    # meta tensors broadcast through torch._refs' Python rule, which is forbidden; were it not, the shapes of
+    # sizes_no_array_could_have (2**40 x 2**40, 2**70, 70 dimensions) would still fail them
+    ("broadcast_shape", _broadcast_by_meta_tensors, "same_rank", "not call torch._refs._broadcast_shapes"),
     ("same_storage", lambda x, y: torch._C._is_alias_of(x, y), "views_share_storage",
      "not call torch._C._is_alias_of"),
+    ("broadcast_shape", _broadcast_by_refs, "same_rank", "not call torch._refs._broadcast_shapes"),
+    ("broadcast_shape", lambda a, b: tuple(torch._refs.broadcast_shapes(a, b)), "same_rank",
+     "not call torch._refs.broadcast_shapes"),
+    ("element_offset", _offset_by_narrowing, "from_the_layout_alone", "no attribute 'narrow'"),
 ]
+
+
+def test_the_refs_shortcut_would_pass_without_the_forbid_list(monkeypatch):
+    """torch._refs._broadcast_shapes really does the whole job, huge shapes included: only the forbid list stops it."""
+    from grader import registry
+    monkeypatch.setattr(registry.get("tensors.broadcast_shape"), "forbid", ())
+    r = run_exercise("tensors.broadcast_shape", _broadcast_by_refs, hidden=True)
+    assert r.status == "passed", [(c.name, c.message) for c in r.checks if not c.passed]
+    # meta tensors still fail without it: no tensor can have the shapes of sizes_no_array_could_have
+    r = run_exercise("tensors.broadcast_shape", _broadcast_by_meta_tensors)
+    failed = {c.name: c.message for c in r.checks if not c.passed}
+    assert "needs no tensor or array" in failed.get("sizes_no_array_could_have", ""), failed
 
 
 @pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[2]}-{i}" for i, s in enumerate(SHORTCUTS)])

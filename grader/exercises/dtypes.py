@@ -10,19 +10,29 @@ from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import dtypes as scenarios
 
-SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1)
+# Each of these hands over the smallest subnormal (nextafter(0, 1), NumPy's finfo.smallest_subnormal, math.ulp(0.0)):
+# the exercise is to build it from torch.finfo's smallest normal and eps, or from the bits.
+SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1,
+                              forbid=("torch.nextafter", "torch.Tensor.nextafter", "numpy.nextafter", "numpy.finfo",
+                                      "math.nextafter", "math.ulp"))
 # torch.Tensor.bfloat16 is refused outright (a clear message); every other way of making a bfloat16 tensor
 # (.to(torch.bfloat16), .type(...), copy_ into one, aten ops...) is caught by the scenario that records the
 # dtype of every tensor the student's function makes.
 ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3, forbid=("torch.Tensor.bfloat16",))
-SEQUENTIAL_SUM = exercise("dtypes.sequential_sum", points=1)
-KAHAN_SUM = exercise("dtypes.kahan_sum", points=2)
-UPDATE_LOSS_SCALE = exercise("dtypes.update_loss_scale", points=2)
+# A library sum does the whole job its own way (pairwise, in a float32 accumulator, or exactly): refused by name.
+_LIBRARY_SUMS = ("torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum", "torch.cumsum",
+                 "torch.Tensor.cumsum", "math.fsum")
+SEQUENTIAL_SUM = exercise("dtypes.sequential_sum", points=1, forbid=_LIBRARY_SUMS)
+KAHAN_SUM = exercise("dtypes.kahan_sum", points=2, forbid=_LIBRARY_SUMS)
+# GradScaler's own update (torch._amp_update_scale_, which GradScaler.update calls) is the rule itself.
+UPDATE_LOSS_SCALE = exercise("dtypes.update_loss_scale", points=2,
+                             forbid=("torch._amp_update_scale_", "torch.amp.GradScaler",
+                                     "torch.amp.grad_scaler.GradScaler"))
 
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # Exact values, from the formats' definitions: 2^(1 - bias) * 2^(-mantissa bits).
-SUBNORMALS = {torch.float32: 2.0**-149, torch.float16: 2.0**-24, torch.bfloat16: 2.0**-133,
-              torch.float8_e4m3fn: 2.0**-9, torch.float8_e5m2: 2.0**-16}
+SUBNORMALS = {torch.float64: 2.0**-1074, torch.float32: 2.0**-149, torch.float16: 2.0**-24,
+              torch.bfloat16: 2.0**-133, torch.float8_e4m3fn: 2.0**-9, torch.float8_e5m2: 2.0**-16}
 # torch's own functions, bound before any student code runs: the references and the tools of the checks.
 _to = torch.Tensor.to
 _view = torch.Tensor.view
@@ -40,6 +50,8 @@ def bits_to_float32(*patterns: int) -> torch.Tensor:
 
 def _in(value: float, dtype: torch.dtype) -> float:
     """`value` stored in `dtype` and read back (float8 converts through float32, as torch does)."""
+    if dtype == torch.float64:
+        return float(_tensor(value, dtype=torch.float64))
     return float(_to(_to(_tensor(value, dtype=torch.float32), dtype), torch.float32))
 
 
@@ -76,6 +88,12 @@ def float8(smallest_subnormal):
     """float8_e4m3fn and float8_e5m2"""
     for dtype in FLOAT8:
         expect_subnormal(smallest_subnormal, dtype)
+
+
+@SMALLEST_SUBNORMAL.check
+def float64(smallest_subnormal):
+    """float64, which the same definition covers"""
+    expect_subnormal(smallest_subnormal, torch.float64)
 
 
 # ---------------------------------------------------------------- round_to_bf16

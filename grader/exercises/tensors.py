@@ -19,6 +19,7 @@ ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
 BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2,
                            forbid=("torch.broadcast_shapes", "torch.functional.broadcast_shapes",
                                    "torch.broadcast_tensors", "torch.broadcast_to", "torch._C._infer_size",
+                                   "torch._refs.broadcast_shapes", "torch._refs._broadcast_shapes",
                                    "numpy.broadcast_shapes", "numpy.broadcast", "numpy.broadcast_arrays",
                                    "numpy.broadcast_to"))
 ATTENTION_SCORES = exercise("tensors.attention_scores", points=2)
