@@ -377,6 +377,11 @@ class SiLUAtenBackward(torch.autograd.Function):
         return torch.ops.aten.silu_backward(g, x)
 
 
+def penalty_get_total_norm(loss, params):
+    """torch's total-norm helper on create_graph gradients: the right value, but it runs under no_grad."""
+    return torch.nn.utils.get_total_norm(torch.autograd.grad(loss, params, create_graph=True))
+
+
 def vjp_func_grad(f, x, v):
     """The whole job in one call: torch.func.grad of <f(x), v>."""
     return torch.func.grad(lambda t: (f(t) * v).sum())(x.detach())
@@ -628,7 +633,7 @@ WRONG = [
     ("silu", [SiLUAtenBackward, _applies(SiLUAtenBackward)]),
     # the rest of the whole-job shortcuts (autograd.vjp/jacobian/linear_loss_grad forbid torch.func's transforms)
     ("vjp", [vjp_func_grad]), ("jacobian", [jacobian_func_jacrev]), ("linear_loss_grad", [linear_grad_func_and_value]),
-    ("linear_loss_grad", [linear_grad_needs_contiguous]),
+    ("linear_loss_grad", [linear_grad_needs_contiguous]), ("gradient_norm_penalty", [penalty_get_total_norm]),
     ("vjp", [vjp_marks_the_callers_x]), ("vjp", [vjp_atleast_1d]), ("jacobian", [jacobian_numel_rows]),
     ("accumulate_step", [accumulate_no_divide]), ("accumulate_step", [accumulate_step_each]),
     ("accumulate_step", [accumulate_stale]), ("accumulate_step", [accumulate_zero_inside]),
@@ -721,6 +726,7 @@ def test_a_penalty_cut_off_from_the_graph_is_told_so():
 
 @pytest.mark.parametrize("wrong,hint", [
     (penalty_squared, "squared"), (penalty_per_param, "each parameter"), (penalty_no_graph, "create_graph"),
+    (penalty_get_total_norm, "not differentiable"),
     (penalty_backward, ".grad"), (silu_autograd_inside, "recorded a graph"), (silu_ctx_attribute, "save_for_backward"),
     (silu_by_hand, "backward node"), (jacobian_transposed, "swapped"),
 ])
