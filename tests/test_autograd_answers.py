@@ -356,6 +356,51 @@ class SiLUCore(SiLUBuiltin):
         return torch._C._nn.silu(x)  # what F.silu calls
 
 
+class SiLUAten(SiLUBuiltin):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.ops.aten.silu(x)  # the aten op F.silu ends in
+
+
+class SiLUAtenBackward(torch.autograd.Function):
+    """A forward of its own, but the library's derivative in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return torch.ops.aten.silu_backward(g, x)
+
+
+def penalty_get_total_norm(loss, params):
+    """torch's total-norm helper on create_graph gradients: the right value, but it runs under no_grad."""
+    return torch.nn.utils.get_total_norm(torch.autograd.grad(loss, params, create_graph=True))
+
+
+def vjp_func_grad(f, x, v):
+    """The whole job in one call: torch.func.grad of <f(x), v>."""
+    return torch.func.grad(lambda t: (f(t) * v).sum())(x.detach())
+
+
+def jacobian_func_jacrev(f, x):
+    return torch.func.jacrev(f)(x.detach())
+
+
+def linear_grad_func_and_value(x, w, target):
+    return torch.func.grad_and_value(lambda w_: 0.5 * ((x @ w_ - target) ** 2).sum())(w)[0]
+
+
+def linear_grad_needs_contiguous(x, w, target):
+    """Right on contiguous inputs; .view(-1) refuses a transposed x."""
+    flat = x.view(-1).view(x.shape)
+    return flat.T @ (flat @ w - target)
+
+
 def _applies(cls):
     def silu(x):
         return cls.apply(x)
@@ -584,7 +629,11 @@ WRONG = [
     ("silu", [NotAFunction, silu_by_hand]),
     # the library's SiLU inside SiLU.forward, under other names (autograd.silu forbids F.silu and torch._C._nn.silu)
     ("silu", [SiLUAliased, _applies(SiLUAliased)]), ("silu", [SiLUModule, _applies(SiLUModule)]),
-    ("silu", [SiLUCore, _applies(SiLUCore)]),
+    ("silu", [SiLUCore, _applies(SiLUCore)]), ("silu", [SiLUAten, _applies(SiLUAten)]),
+    ("silu", [SiLUAtenBackward, _applies(SiLUAtenBackward)]),
+    # the rest of the whole-job shortcuts (autograd.vjp/jacobian/linear_loss_grad forbid torch.func's transforms)
+    ("vjp", [vjp_func_grad]), ("jacobian", [jacobian_func_jacrev]), ("linear_loss_grad", [linear_grad_func_and_value]),
+    ("linear_loss_grad", [linear_grad_needs_contiguous]), ("gradient_norm_penalty", [penalty_get_total_norm]),
     ("vjp", [vjp_marks_the_callers_x]), ("vjp", [vjp_atleast_1d]), ("jacobian", [jacobian_numel_rows]),
     ("accumulate_step", [accumulate_no_divide]), ("accumulate_step", [accumulate_step_each]),
     ("accumulate_step", [accumulate_stale]), ("accumulate_step", [accumulate_zero_inside]),
@@ -677,6 +726,7 @@ def test_a_penalty_cut_off_from_the_graph_is_told_so():
 
 @pytest.mark.parametrize("wrong,hint", [
     (penalty_squared, "squared"), (penalty_per_param, "each parameter"), (penalty_no_graph, "create_graph"),
+    (penalty_get_total_norm, "not differentiable"),
     (penalty_backward, ".grad"), (silu_autograd_inside, "recorded a graph"), (silu_ctx_attribute, "save_for_backward"),
     (silu_by_hand, "backward node"), (jacobian_transposed, "swapped"),
 ])
@@ -690,7 +740,9 @@ def test_classic_mistakes_are_named(wrong, hint):
     ([SiLUAliased, _applies(SiLUAliased)], "forward_and_backward", "not call torch.nn.functional.silu"),
     ([SiLUModule, _applies(SiLUModule)], "forward_and_backward", "not call torch.nn.functional.silu"),
     ([SiLUCore, _applies(SiLUCore)], "forward_and_backward", "not call torch._C._nn.silu"),
-], ids=["aliased", "module", "core"])
+    ([SiLUAten, _applies(SiLUAten)], "forward_and_backward", "not call torch.ops.aten.silu"),
+    ([SiLUAtenBackward, _applies(SiLUAtenBackward)], "second_derivative", "calls torch.ops.aten.silu_backward"),
+], ids=["aliased", "module", "core", "aten", "aten-backward"])
 def test_the_library_silu_is_refused_under_any_name(objs, check, words):
     failed = {c.name: c.message for c in run_exercise("autograd.silu", *objs).checks if not c.passed}
     assert words in failed.get(check, ""), failed
@@ -702,13 +754,27 @@ def test_a_vjp_that_marks_the_callers_x_fails_a_public_check():
     assert "set requires_grad on the caller's x" in failed.get("leaves_the_callers_x_alone", ""), failed
 
 
+@pytest.mark.parametrize("name,wrong,call", [
+    ("vjp", vjp_func_grad, "torch.func.grad"), ("jacobian", jacobian_func_jacrev, "torch.func.jacrev"),
+    ("linear_loss_grad", linear_grad_func_and_value, "torch.func.grad_and_value"),
+    ("vjp", lambda f, x, v: torch.autograd.functional.vjp(f, x, v)[1], "torch.autograd.functional.vjp"),
+    ("jacobian", jacobian_functional, "torch.autograd.functional.jacobian"),
+], ids=["vjp-func-grad", "jacobian-jacrev", "linear-grad-and-value", "vjp-functional", "jacobian-functional"])
+def test_whole_job_shortcuts_fail_naming_the_call(name, wrong, call):
+    """A library call that does the whole exercise fails the first public check, with a message that names it."""
+    failed = [c.message for c in run_exercise(f"autograd.{name}", wrong).checks if not c.passed]
+    assert failed and f"not call {call}" in failed[0], failed
+
+
 @pytest.mark.parametrize("name,wrong,check", [
     ("vjp", [vjp_atleast_1d], "zero_dim_input_and_output"),
     ("jacobian", [jacobian_numel_rows], "zero_dim_input_or_output"),
     ("jacobian", [jacobian_finite_differences], "made_of_vjps"),
     ("silu", [SiLUNoDouble, silu_no_double], "second_derivative"),
     ("silu", [SiLUOverflow, silu_overflow], "finite_up_to_800"),
-], ids=["vjp-0-dim", "jacobian-0-dim", "jacobian-finite-differences", "silu-no-second-derivative", "silu-overflow"])
+    ("linear_loss_grad", [linear_grad_needs_contiguous], "non_contiguous_inputs"),
+], ids=["vjp-0-dim", "jacobian-0-dim", "jacobian-finite-differences", "silu-no-second-derivative", "silu-overflow",
+        "linear-grad-non-contiguous"])
 def test_stated_requirements_fail_a_public_check(name, wrong, check):
     """What the exercise's text asks (0-dim shapes, VJPs, gradgradcheck, finite up to +-800) is checked in the
     student's notebook, not only at grading."""

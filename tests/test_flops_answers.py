@@ -36,7 +36,7 @@ def mlp_formula(batch, dims):
 
 
 def mlp_counter_on_meta(batch, dims):
-    """Let torch count, on the meta device (shapes only, nothing computed)."""
+    """The shortcut: let torch count, on the meta device (shapes only, so any size runs). Refused."""
     model = nn.Sequential(*[nn.Linear(a, b, bias=False, device="meta") for a, b in zip(dims, dims[1:])])
     with FlopCounterMode(display=False) as fwd:
         out = model(torch.empty(batch, dims[0], device="meta"))
@@ -85,7 +85,7 @@ def roofline_branch(i, p, b):
 CORRECT = [
     ("matmul_flops", lambda m, k, n: 2 * m * k * n), ("matmul_flops", lambda m, k, n: m * n * (2 * k)),
     ("matmul_flops", lambda m, k, n: math.prod((m, k, n)) << 1),
-    ("mlp_flops", mlp_loop), ("mlp_flops", mlp_formula), ("mlp_flops", mlp_counter_on_meta),
+    ("mlp_flops", mlp_loop), ("mlp_flops", mlp_formula),
     ("mlp_flops", mlp_per_token_params),
     ("mfu", lambda flops, seconds, peak: flops / seconds / peak),
     ("mfu", lambda flops, seconds, peak: (flops / peak) / seconds),
@@ -243,6 +243,19 @@ class _LyingFloat(float):
     __hash__ = float.__hash__
 
 
+def matmul_counted(m, k, n):
+    with FlopCounterMode(display=False) as counter:
+        torch.empty(m, k, device="meta") @ torch.empty(k, n, device="meta")
+    return counter.get_total_flops()
+
+
+def matmul_by_formula(m, k, n):
+    import torch.utils.flop_counter
+    return torch.utils.flop_counter.mm_flop([m, k], [k, n])
+
+
+SHORTCUTS = [("matmul_flops", matmul_counted), ("matmul_flops", matmul_by_formula), ("mlp_flops", mlp_counter_on_meta)]
+
 WRONG = [
     # matmul_flops: a multiply-add counted once; k forgotten; a float; a detour through floats (inexact
     # past 2**53); a NumPy integer; a lying int subclass
@@ -291,6 +304,8 @@ WRONG = [
     ("transformer_flops", lambda L, d, h, f, v, s: 2 * s * (L * (4 * d * d + 2 * d * f + 9 * d + f + 4 * d)
                                                             + 2 * v * d + s * d + 2 * d)),
     ("transformer_flops", transformer_counted_on_meta), ("transformer_flops", transformer_counted_by_module_path),
+    # whole-job shortcuts for the other counts: torch's counter (any size runs on the meta device) and its formula
+    *SHORTCUTS,
 ]
 FLOAT_DETOURS = (WRONG[3][1], transformer_through_floats)  # wrong only past 2**53: left to the hidden checks
 
@@ -359,6 +374,26 @@ def test_transformer_shortcut_is_refused():
     with FlopCounterMode(display=False) as counter:
         torch.randn(2, 3) @ torch.randn(3, 4)
     assert counter.get_total_flops() == 48
+
+
+@pytest.mark.parametrize("name,fn", SHORTCUTS, ids=[f"{n}-{fn.__name__}" for n, fn in SHORTCUTS])
+def test_counting_shortcuts_are_refused_by_name(name, fn):
+    """torch's counter (FlopCounterMode, on the meta device any size runs) and its mm_flop formula do the whole job
+    of matmul_flops and mlp_flops: the first public check fails, naming the call; the counter works afterwards."""
+    message = _first_failure(name, fn)
+    assert "must do this itself, not call torch.utils.flop_counter." in message, message
+    with FlopCounterMode(display=False) as counter:
+        torch.randn(2, 3) @ torch.randn(3, 4)
+    assert counter.get_total_flops() == 48
+
+
+def test_mlp_at_a_real_size_is_public():
+    """The text says to count with arithmetic: a public check asks for a size no CPU runs (the literals agree with
+    FlopCounterMode on the meta device)."""
+    assert mlp_counter_on_meta(2048, [8192, 32768, 8192]) == {
+        "forward": 2_199_023_255_552, "backward": 3_298_534_883_328, "total": 5_497_558_138_880}
+    r = run_exercise("flops.mlp_flops", mlp_loop)
+    assert any(c.name == "a_real_size_by_arithmetic" and c.passed for c in r.checks)
 
 
 def test_transformer_floats_fail_a_hidden_check():

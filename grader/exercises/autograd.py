@@ -29,15 +29,20 @@ _LOSSES = {"mse": F.mse_loss, "cross_entropy": F.cross_entropy}
 _OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
+# Whole-job shortcuts, refused while the student's code runs: torch's functional autograd gives a VJP, a Jacobian or
+# a gradient in one call (torch.func.grad of (f(x) * v).sum() is a VJP); aten's silu and silu_backward are the
+# library's SiLU under other names (its derivative, aten's silu_backward, is named by the second-derivative check).
 FUNCTIONAL = ("torch.autograd.functional.vjp", "torch.autograd.functional.jacobian", "torch.func.vjp",
-              "torch.func.jacrev", "torch.func.jacfwd")
+              "torch.func.jacrev", "torch.func.jacfwd", "torch.func.grad", "torch.func.grad_and_value")
 LINEAR_LOSS_GRAD = exercise("autograd.linear_loss_grad", points=2,
                             forbid=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
-                                    "torch.func.grad", "torch.func.grad_and_value", *FUNCTIONAL))
+                                    *FUNCTIONAL))
 VJP = exercise("autograd.vjp", points=2, forbid=FUNCTIONAL)
 JACOBIAN = exercise("autograd.jacobian", points=2, forbid=FUNCTIONAL)
 GRADIENT_NORM_PENALTY = exercise("autograd.gradient_norm_penalty", points=2)
-SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"), forbid=("torch.nn.functional.silu", "torch._C._nn.silu"))
+SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"),
+                forbid=("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_", "torch.ops.aten.silu",
+                        "torch.ops.aten.silu_"))
 ACCUMULATE_STEP = exercise("autograd.accumulate_step", points=3)
 
 
@@ -69,6 +74,15 @@ def several_outputs_float64(linear_loss_grad):
     x, w, t = (torch.randn(8, 5, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64),
                torch.randn(8, 2, dtype=torch.float64))
     expect_linear_grad(linear_loss_grad, x, w, t, "x (8, 5), w (5, 2), target (8, 2), float64")
+
+
+@LINEAR_LOSS_GRAD.check
+def non_contiguous_inputs(linear_loss_grad):
+    """x, w and target may be non-contiguous views (transposed, sliced): the same gradient"""
+    x = torch.randn(5, 6).T                     # (6, 5), transposed
+    w = torch.randn(5, 8)[:, ::2]                # (5, 4), every other column
+    t = torch.randn(4, 6).T                      # (6, 4), transposed
+    expect_linear_grad(linear_loss_grad, x, w, t, "x = randn(5, 6).T, w = randn(5, 8)[:, ::2], target = randn(4, 6).T")
 
 
 # ---------------------------------------------------------------- vjp and jacobian
@@ -317,6 +331,11 @@ def passes_gradcheck(SiLU, silu):
 def second_derivative(SiLU, silu):
     """gradgradcheck passes: your backward is made of differentiable torch operations on what you saved"""
     out = expect_silu(SiLU, silu, torch.randn(6, dtype=torch.float64), "x = randn(6), float64")
+    # SiLU.backward runs outside the forbidden-call guard (autograd calls it), so the library's derivative there
+    # is named by the error it leaves: aten's silu_backward has no derivative of its own.
+    expect("aten::silu_backward" not in out["gradgradcheck_error"],
+           "your SiLU.backward calls torch.ops.aten.silu_backward, the library's SiLU derivative: compute "
+           "sigmoid(x) * (1 + x * (1 - sigmoid(x))) yourself (gradgradcheck fails it: it has no derivative)")
     expect(out["gradgradcheck"], f"gradgradcheck(silu, x) failed: {out['gradgradcheck_error']}")
 
 
@@ -407,6 +426,13 @@ def four_micro_batches_sgd(accumulate_step):
     """4 micro-batches of 3 rows, MSE, SGD: the same step as one batch of 12"""
     expect_accumulate(accumulate_step, SPEC, 1, "float32", "mse", "sgd", 0.1, batches(4, 3, 3, 2), False,
                       "4 micro-batches of 3, MSE, SGD(lr=0.1)")
+
+
+@ACCUMULATE_STEP.check
+def adam_too(accumulate_step):
+    """3 micro-batches of 2 rows, MSE, Adam: any optimizer steps once, on the whole batch's mean gradient"""
+    expect_accumulate(accumulate_step, SPEC, 4, "float32", "mse", "adam", 0.01, batches(3, 2, 3, 2), False,
+                      "3 micro-batches of 2, MSE, Adam(lr=0.01)")
 
 
 @ACCUMULATE_STEP.check

@@ -27,15 +27,16 @@ _ones, _zeros, _arange, _randint, _no_grad = torch.ones, torch.zeros, torch.aran
 _bool, _long, _bmm = torch.bool, torch.long, torch.ops.aten.bmm
 _get_threads, _set_threads = torch.get_num_threads, torch.set_num_threads
 
-MATMUL_FLOPS = exercise("flops.matmul_flops", points=1)
-MLP_FLOPS = exercise("flops.mlp_flops", points=3)
+# Counting with torch's own counter is the shortcut for every counting exercise: refused while the student's function
+# runs, under any name (entering the mode is refused on the class itself, so an alias bound by the notebook's imports
+# is refused too), and so are the counter's per-op formulas (mm_flop(a_shape, b_shape) is 2mkn).
+COUNTER = ("torch.utils.flop_counter.FlopCounterMode.__enter__", "torch.utils.flop_counter.FlopCounterMode")
+FORMULAS = tuple(f"torch.utils.flop_counter.{name}" for name in ("mm_flop", "addmm_flop", "bmm_flop", "baddbmm_flop"))
+MATMUL_FLOPS = exercise("flops.matmul_flops", points=1, forbid=(*COUNTER, *FORMULAS))
+MLP_FLOPS = exercise("flops.mlp_flops", points=3, forbid=(*COUNTER, *FORMULAS))
 MFU = exercise("flops.mfu", points=1)
 TRAINING_DAYS = exercise("flops.training_days", points=2)
-# Counting with torch's own counter is the shortcut: refused while the student's function runs, under any name
-# (entering the mode is refused on the class itself, so an alias bound by the notebook's imports is refused too).
-TRANSFORMER_FLOPS = exercise("flops.transformer_flops", points=3,
-                             forbid=("torch.utils.flop_counter.FlopCounterMode.__enter__",
-                                     "torch.utils.flop_counter.FlopCounterMode"))
+TRANSFORMER_FLOPS = exercise("flops.transformer_flops", points=3, forbid=(*COUNTER, *FORMULAS))
 ARITHMETIC_INTENSITY = exercise("flops.arithmetic_intensity", points=1)
 ROOFLINE = exercise("flops.roofline", points=2)
 
@@ -152,6 +153,16 @@ def counts_what_flop_counter_counts(mlp_flops):
     """a single layer and a deeper stack, checked against FlopCounterMode on a real model"""
     expect_mlp(mlp_flops, 3, [10, 7])
     expect_mlp(mlp_flops, 8, [16, 32, 32, 4])
+
+
+@MLP_FLOPS.check(timeout=10)
+def a_real_size_by_arithmetic(mlp_flops):
+    """batch 2048, dims [8192, 32768, 8192]: forward 2,199,023,255,552, backward 3,298,534,883,328, by arithmetic
+
+    Far too large to run on a CPU, and FlopCounterMode is refused inside mlp_flops: count with arithmetic.
+    (2 x 2048 x 8192 x 32768 = 1,099,511,627,776 FLOPs per layer; the second layer's input gradient adds one more.)"""
+    expect_mlp(mlp_flops, 2048, [8192, 32768, 8192],
+               {"forward": 2_199_023_255_552, "backward": 3_298_534_883_328, "total": 5_497_558_138_880})
 
 
 # ---------------------------------------------------------------- mfu
