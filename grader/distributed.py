@@ -267,8 +267,9 @@ def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
 def sharded_state_bytes(rank: int, world_size: int, width: int = 256, layers: int = 4,
                         steps: int = 2) -> dict[str, Any]:
     """Per-rank bytes of parameters, gradients and Adam state (fp32) after `steps` steps of the same training
-    under plain DDP, DDP with ZeroRedundancyOptimizer (ZeRO-1) and FSDP2's fully_shard (ZeRO-3), and the largest
-    difference between the three schemes' final parameters (sharding moves the state, not the arithmetic).
+    under plain DDP, DDP with ZeroRedundancyOptimizer (ZeRO-1) and FSDP2's fully_shard (ZeRO-3), the bytes of
+    FSDP's first layer weight on this rank while that layer runs and between steps, and the largest difference
+    between the three schemes' final parameters (sharding moves the state, not the arithmetic).
     `layers` bias-free width x width layers: equal tensors, so ZeroRedundancyOptimizer splits them evenly."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -308,8 +309,11 @@ def sharded_state_bytes(rank: int, world_size: int, width: int = 256, layers: in
     for layer in model:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
+    seen: list[int] = []  # bytes of a layer's weight on this rank while the layer runs (after FSDP's all-gather)
+    model[0].register_forward_pre_hook(lambda module, args: seen.append(_local_bytes(module.weight)))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     out["fsdp"] = train(model, model, opt, opt)
+    out["fsdp_layer_bytes"] = {"running": seen[-1], "between_steps": _local_bytes(model[0].weight)}
     finals["fsdp"] = [p.full_tensor().detach().clone() for p in model.parameters()]
     out["num_params"] = sum(p.numel() for p in finals["ddp"])
     out["max_diff"] = max(float((a - b).abs().max()) for name in ("zero1", "fsdp")
