@@ -28,7 +28,7 @@ from torch import nn
 
 from grader.ddp_record import record_if_asked
 
-__all__ = ["free_port", "launch", "WorkerError", "toy_model", "toy_batch", "TOY_BATCH", "sharded_state_bytes"]
+__all__ = ["free_port", "launch", "WorkerError", "toy_model", "toy_batch", "TOY_BATCH"]
 
 TOY_BATCH = 16  # rows in every step's batch of the toy problem; divisible by 1, 2, 4, 8 ranks
 _PORT_TAKEN = ("address already in use", "EADDRINUSE", "errno 98")
