@@ -250,3 +250,107 @@ def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int 
             comms.append(comm)
     return {"step": statistics.median(totals), "allreduce": statistics.median(comms), "allreduce_best": min(comms),
             "flops": float(counter.get_total_flops()), "params": float(sum(p.numel() for p in params))}
+
+
+def _local_bytes(t: torch.Tensor) -> int:
+    """Bytes this rank stores for `t`: a DTensor (FSDP2's sharded parameters) counts only its local shard."""
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of an optimizer's per-parameter tensors (Adam's two moments), without its scalar step counters."""
+    return sum(_local_bytes(v) for s in optimizer.state.values() for k, v in s.items()
+               if k != "step" and isinstance(v, torch.Tensor))
+
+
+def sharded_state_bytes(rank: int, world_size: int, width: int = 256, layers: int = 4,
+                        steps: int = 2) -> dict[str, Any]:
+    """Per-rank bytes of parameters, gradients and Adam state (fp32) after `steps` steps of the same training
+    under plain DDP, DDP with ZeroRedundancyOptimizer (ZeRO-1) and FSDP2's fully_shard (ZeRO-3), the bytes of
+    FSDP's first layer weight on this rank while that layer runs and between steps, and the largest difference
+    between the three schemes' final parameters (sharding moves the state, not the arithmetic).
+    `layers` bias-free width x width layers: equal tensors, so ZeroRedundancyOptimizer splits them evenly."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel
+
+    _init(rank, world_size)
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)  # the same weights on every rank and for every scheme
+        return nn.Sequential(*(nn.Linear(width, width, bias=False) for _ in range(layers)))
+
+    def train(model: nn.Module, wrapped: nn.Module, opt: torch.optim.Optimizer, states: torch.optim.Optimizer
+              ) -> dict[str, int]:
+        g = torch.Generator().manual_seed(rank)  # each rank its own rows
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=False)
+            wrapped(torch.randn(8, width, generator=g)).pow(2).mean().backward()
+            opt.step()
+        params = list(model.parameters())
+        return {"params": sum(_local_bytes(p) for p in params), "grads": sum(_local_bytes(p.grad) for p in params),
+                "optimizer_state": _state_bytes(states)}
+
+    out: dict[str, Any] = {}
+    finals = {}
+    model = build()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    out["ddp"] = train(model, DistributedDataParallel(model), opt, opt)
+    finals["ddp"] = [p.detach().clone() for p in model.parameters()]
+    model = build()
+    zero = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+    out["zero1"] = train(model, DistributedDataParallel(model), zero, zero.optim)  # .optim: this rank's partition
+    finals["zero1"] = [p.detach().clone() for p in model.parameters()]
+    model = build()
+    mesh = init_device_mesh("cpu", (world_size,))
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    seen: list[int] = []  # bytes of a layer's weight on this rank while the layer runs (after FSDP's all-gather)
+    model[0].register_forward_pre_hook(lambda module, args: seen.append(_local_bytes(module.weight)))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    out["fsdp"] = train(model, model, opt, opt)
+    out["fsdp_layer_bytes"] = {"running": seen[-1], "between_steps": _local_bytes(model[0].weight)}
+    finals["fsdp"] = [p.full_tensor().detach().clone() for p in model.parameters()]
+    out["num_params"] = sum(p.numel() for p in finals["ddp"])
+    out["max_diff"] = max(float((a - b).abs().max()) for name in ("zero1", "fsdp")
+                          for a, b in zip(finals["ddp"], finals[name]))
+    dist.destroy_process_group()
+    return out
+
+
+def accumulation_allreduces(rank: int, world_size: int, micro_batches: int = 4, width: int = 64) -> dict[str, Any]:
+    """Gradient accumulation over `micro_batches` backward passes under DDP, with and without `no_sync()` on all
+    but the last: the number of bucket all-reduces each way (counted by a communication hook) and the largest
+    difference between the two accumulated gradients."""
+    from contextlib import nullcontext
+
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    _init(rank, world_size)
+    grads, counts = {}, {}
+    for mode in ("every micro-batch", "no_sync"):
+        torch.manual_seed(0)
+        model = DistributedDataParallel(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1)))
+        calls = [0]
+
+        def counting_hook(state, bucket, calls=calls):  # no annotations: DDP checks them against GradBucket
+            calls[0] += 1
+            return allreduce_hook(state, bucket)  # the default: all-reduce the bucket, divide by the world size
+
+        model.register_comm_hook(dist.group.WORLD, counting_hook)
+        g = torch.Generator().manual_seed(rank)
+        for i in range(micro_batches):
+            last = i == micro_batches - 1
+            with model.no_sync() if mode == "no_sync" and not last else nullcontext():
+                (model(torch.randn(8, width, generator=g)).pow(2).mean() / micro_batches).backward()
+        grads[mode] = [p.grad.detach().clone() for p in model.parameters()]
+        counts[mode] = calls[0]
+    dist.destroy_process_group()
+    diff = max(float((a - b).abs().max()) for a, b in zip(grads["every micro-batch"], grads["no_sync"]))
+    return {"allreduces": counts, "max_diff": diff}

@@ -14,7 +14,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRAD = ["linear_loss_grad", "vjp", "jacobian", "silu", "gradient_norm_penalty", "accumulate_step"]
-DDP = ["ring_allreduce", "allreduce_traffic", "shard_indices", "average_gradients", "ddp_train"]
+DDP = ["ring_allreduce", "allreduce_traffic", "zero_memory", "shard_indices", "average_gradients", "ddp_train"]
 
 
 def solved(stem: str, drop_measurements: bool = False) -> nbformat.NotebookNode:

@@ -61,6 +61,29 @@ def ring_receiver_view(tensors):
     return [b.view(t.shape) for b, t in zip(bufs, tensors)]
 
 
+def zero_table(num_params, world_size, stage, param_bytes=2, grad_bytes=2, optimizer_bytes=12):
+    """A lookup table of which stages shard what, integers where they divide."""
+    if stage not in range(4):
+        raise ValueError(stage)
+    sharded = [set(), {"optimizer_state"}, {"optimizer_state", "grads"}, {"optimizer_state", "grads", "params"}][stage]
+    full = {"params": num_params * param_bytes, "grads": num_params * grad_bytes,
+            "optimizer_state": num_params * optimizer_bytes}
+    out = {k: (v / world_size if k in sharded else v) for k, v in full.items()}
+    return {**out, "total": sum(out.values())}
+
+
+def zero_per_param(num_params, world_size, stage, param_bytes=2, grad_bytes=2, optimizer_bytes=12):
+    """Bytes per parameter first, then times the count; stage checked by comparison, not membership."""
+    if not 0 <= stage <= 3 or int(stage) != stage:
+        raise ValueError("stage")
+    n = float(world_size)
+    p = param_bytes / n if stage == 3 else param_bytes
+    g = grad_bytes / n if stage >= 2 else grad_bytes
+    k = optimizer_bytes / n if stage else optimizer_bytes
+    return {"total": (p + g + k) * num_params, "optimizer_state": k * num_params, "grads": g * num_params,
+            "params": p * num_params}
+
+
 def shard_cycle(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
     if shuffle:
         order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
@@ -318,6 +341,7 @@ CORRECT = [
     ("ring_allreduce", ring_buffers), ("ring_allreduce", ring_receiver_view),
     ("allreduce_traffic", lambda nbytes, world_size: (world_size - 1) * 2 * nbytes / world_size),
     ("allreduce_traffic", lambda nbytes, n: 0.0 if n == 1 else nbytes * (2 - 2 / n)),
+    ("zero_memory", zero_table), ("zero_memory", zero_per_param),
     ("shard_indices", shard_cycle),
     ("average_gradients", average_bucketed), ("average_gradients", average_divide_first),
 ]
@@ -375,6 +399,37 @@ def ring_in_place(tensors):
 
 def ring_flat(tensors):
     return [r.flatten() for r in ring_buffers(tensors)]
+
+
+def zero_wrong(params_from=3, grads_from=2, state_from=1, divide=lambda n: n, state_bytes=None, total=None,
+               check_stage=True):
+    """zero_memory with one thing changed: the stage from which each part is sharded, the divisor, the default
+    optimizer bytes, or the total."""
+    def zero_memory(num_params, world_size, stage, param_bytes=2, grad_bytes=2, optimizer_bytes=12):
+        if check_stage and stage not in (0, 1, 2, 3):
+            raise ValueError(stage)
+        k = optimizer_bytes if state_bytes is None else state_bytes
+        d = divide(world_size)
+        out = {"params": num_params * param_bytes / (d if stage >= params_from else 1),
+               "grads": num_params * grad_bytes / (d if stage >= grads_from else 1),
+               "optimizer_state": num_params * k / (d if stage >= state_from else 1)}
+        out["total"] = sum(out.values()) if total is None else total(out)
+        return out
+    return zero_memory
+
+
+ZERO_WRONG = {  # name: (answer, words the first failing public check's message must hold)
+    "shards the parameters at stage 1": (zero_wrong(params_from=1), "stage 1 does not shard the parameters"),
+    "shards the gradients at stage 1": (zero_wrong(grads_from=1), "stage 1 does not shard the gradients"),
+    "stage 3 keeps full parameters": (zero_wrong(params_from=4), "stage 3 shards the parameters"),
+    "stages off by one": (zero_wrong(params_from=2, grads_from=1, state_from=0), "stage 0 does not shard"),
+    "forgets the fp32 master copy": (zero_wrong(state_bytes=8), "master copy"),
+    "divides by n - 1": (zero_wrong(divide=lambda n: max(n - 1, 1)), "divided by 3: 4 ranks hold 4 shards"),
+    "total without the optimizer state": (zero_wrong(total=lambda o: o["params"] + o["grads"]), "sum of the other"),
+    "bytes arguments ignored": (lambda num_params, world_size, stage, *a, **k: zero_wrong()(num_params, world_size,
+                                                                                           stage), "bytes per"),
+    "any stage accepted": (zero_wrong(check_stage=False), "should raise ValueError"),
+}
 
 
 def shard_unpadded(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
@@ -436,6 +491,7 @@ WRONG = [
     ("allreduce_traffic", lambda nbytes, n: (n - 1) / n * nbytes),
     ("allreduce_traffic", lambda nbytes, n: 2.0 * nbytes),
     ("allreduce_traffic", lambda nbytes, n: 2 * (n - 1) * nbytes),
+    *[("zero_memory", fn) for fn, _ in ZERO_WRONG.values()],
     ("shard_indices", shard_unpadded), ("shard_indices", shard_seed_only), ("shard_indices", shard_blocks),
     ("shard_indices", shard_per_rank_seed),
     ("shard_indices", lambda *a, **k: torch.tensor(shard_cycle(*a, **k))),
@@ -457,6 +513,25 @@ def test_wrong_answers_get_a_readable_message(name, fn):
     for c in r.checks:
         if not c.passed:
             assert c.message and "Traceback" not in c.message and len(c.message) < 600
+
+
+@pytest.mark.parametrize("mistake", list(ZERO_WRONG))
+def test_zero_memory_mistakes_are_named(mistake):
+    """Each wrong zero_memory fails a public check whose message says which rule it broke."""
+    fn, words = ZERO_WRONG[mistake]
+    r = run_exercise("ddp.zero_memory", fn)
+    messages = [c.message for c in r.checks if not c.passed]
+    assert r.status == "failed" and messages, mistake
+    assert any(words in m for m in messages), (words, messages)
+
+
+def test_zero_memory_literals_agree_with_the_oracle():
+    """The public checks' literals and the hidden checks' oracle are one rule: they agree on every stage."""
+    from grader.hidden.ddp import zero_oracle
+
+    for stage in range(4):
+        for n in (1, 2, 4, 8):
+            assert zero_oracle(10**9, n, stage, 2, 2, 12) == pytest.approx(zero_table(10**9, n, stage))
 
 
 def test_public_checks_catch_the_classic_mistakes():

@@ -8,7 +8,8 @@ from torch.utils.data import DistributedSampler
 
 from grader.exercises.ddp_judge import (expect_averaged, expect_same_as_one_process, expect_sharded,
                                        recorded_run)
-from grader.expect import call, describe, expect, expect_tensor, expect_type, fail
+from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_type,
+                           factor_hint, fail)
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import ddp as scenarios
@@ -19,6 +20,7 @@ _stack, _isclose = torch.stack, torch.isclose
 
 RING_ALLREDUCE = exercise("ddp.ring_allreduce", points=3)
 ALLREDUCE_TRAFFIC = exercise("ddp.allreduce_traffic", points=1)
+ZERO_MEMORY = exercise("ddp.zero_memory", points=2)
 SHARD_INDICES = exercise("ddp.shard_indices", points=2,
                          forbid=("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"))
 AVERAGE_GRADIENTS = exercise("ddp.average_gradients", points=2)
@@ -91,6 +93,96 @@ def traffic_literals(allreduce_traffic):
 def a_single_rank_sends_nothing(allreduce_traffic):
     """a world of 1 sends 0 bytes"""
     expect_traffic(allreduce_traffic, 4096, 1, 0.0)
+
+
+# ---------------------------------------------------------------- zero_memory
+
+ZERO_KEYS = ("params", "grads", "optimizer_state", "total")
+_SHARDED_FROM = {"optimizer_state": 1, "grads": 2, "params": 3}  # the first ZeRO stage that shards each
+_LABELS = {"params": "parameters", "grads": "gradients", "optimizer_state": "optimizer state"}
+
+
+def expect_zero(zero_memory, num_params: int, world_size: int, stage: int, want: dict[str, float],
+                nbytes: tuple[int, int, int] | None = None) -> None:
+    """Keys, numbers, and each value within 1e-9 of `want`; a miss names the stage's rule for that key."""
+    extra = "" if nbytes is None else ", param_bytes={}, grad_bytes={}, optimizer_bytes={}".format(*nbytes)
+    what = f"zero_memory({num_params:_}, {world_size}, stage={stage}{extra})"
+    got = zero_memory(num_params, world_size, stage) if nbytes is None else \
+        zero_memory(num_params, world_size, stage, *nbytes)
+    expect_type(got, dict, what)
+    expect_equal(sorted(got), sorted(ZERO_KEYS), f"{what}'s keys")
+    per = dict(zip(("params", "grads", "optimizer_state"), nbytes or (2, 2, 12)))
+    for key in ZERO_KEYS:
+        value = got[key]
+        expect_type(value, (int, float), f"{what}[{key!r}]")
+        if abs(value - want[key]) <= 1e-9 * max(1.0, abs(want[key])):
+            continue
+        if key == "total":
+            fail(f"{what}['total'] is {value:g} bytes; expected {want[key]:g}, the sum of the other three")
+        n, sharded = world_size, stage >= _SHARDED_FROM[key]
+        full = want[key] * (n if sharded else 1)
+        rule = (f"stage {stage} shards the {_LABELS[key]}, so each of the {n} ranks keeps 1/{n} of them" if sharded
+                else f"stage {stage} does not shard the {_LABELS[key]}: every rank keeps all of them")
+        close = lambda a, b: abs(a - b) <= 1e-9 * max(1.0, abs(b))  # noqa: E731
+        default = {"params": 2, "grads": 2, "optimizer_state": 12}[key]
+        if nbytes is not None and per[key] != default and close(value * per[key], want[key] * default):
+            hint = f"; yours counts {default} bytes per parameter, the default: use the {per[key]} passed"
+        elif sharded and n > 2 and close(value * (n - 1), full):
+            hint = f"; yours is the whole divided by {n - 1}: {n} ranks hold {n} shards, not {n - 1}"
+        elif sharded and close(value, full):
+            hint = "; yours is a full copy"
+        elif not sharded and close(value, full / n):
+            hint = f"; yours is a 1/{n} shard"
+        elif nbytes is None and key == "optimizer_state":
+            hint = ("; mixed-precision Adam keeps 12 bytes per parameter: an fp32 master copy of the weights (4) "
+                    "and two fp32 moments (4 + 4)")
+        else:
+            hint = f" ({per[key]} bytes per parameter){factor_hint(float(value), float(want[key]))}"
+        fail(f"{what}[{key!r}] is {value:g} bytes per rank; expected {want[key]:g}: {rule}{hint}")
+
+
+@ZERO_MEMORY.check
+def plain_ddp_replicates(zero_memory):
+    """stage 0 (plain DDP): every rank holds 2 + 2 + 12 = 16 bytes per parameter, whatever the world size"""
+    want = {"params": 2e9, "grads": 2e9, "optimizer_state": 12e9, "total": 16e9}
+    for world in (1, 4):
+        expect_zero(zero_memory, 10**9, world, 0, want)
+
+
+@ZERO_MEMORY.check
+def stages_one_and_two(zero_memory):
+    """stage 1 shards only the optimizer state (fp32 master weights and both moments); stage 2 the gradients too"""
+    expect_zero(zero_memory, 10**9, 4, 1, {"params": 2e9, "grads": 2e9, "optimizer_state": 3e9, "total": 7e9})
+    expect_zero(zero_memory, 10**9, 4, 2, {"params": 2e9, "grads": 0.5e9, "optimizer_state": 3e9, "total": 5.5e9})
+
+
+@ZERO_MEMORY.check
+def stage_three_is_ddp_over_n(zero_memory):
+    """stage 3 (FSDP) shards everything: each value is stage 0's divided by the world size (8 ranks here)"""
+    expect_zero(zero_memory, 10**9, 8, 3, {"params": 0.25e9, "grads": 0.25e9, "optimizer_state": 1.5e9,
+                                          "total": 2e9})
+
+
+@ZERO_MEMORY.check
+def seven_billion_on_two_gpus(zero_memory):
+    """7B parameters on two 80 GB GPUs: 112 GB per rank under plain DDP, 56 GB under stage 3"""
+    expect_zero(zero_memory, 7 * 10**9, 2, 0, {"params": 14e9, "grads": 14e9, "optimizer_state": 84e9,
+                                              "total": 112e9})
+    expect_zero(zero_memory, 7 * 10**9, 2, 3, {"params": 7e9, "grads": 7e9, "optimizer_state": 42e9, "total": 56e9})
+
+
+@ZERO_MEMORY.check
+def other_byte_counts(zero_memory):
+    """fp32 Adam (4, 4 and 8 bytes per parameter, as measured in this notebook) over 4 ranks at stage 1"""
+    expect_zero(zero_memory, 1000, 4, 1, {"params": 4000, "grads": 4000, "optimizer_state": 2000, "total": 10000},
+                nbytes=(4, 4, 8))
+
+
+@ZERO_MEMORY.check
+def unknown_stage(zero_memory):
+    """a stage other than 0, 1, 2, 3 raises ValueError"""
+    for stage in (4, -1):
+        expect_raises(ValueError, lambda: zero_memory(1000, 2, stage), f"zero_memory(1000, 2, stage={stage})")
 
 
 # ---------------------------------------------------------------- shard_indices

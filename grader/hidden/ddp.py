@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from grader.exercises.ddp import (ALLREDUCE_TRAFFIC, AVERAGE_GRADIENTS, DDP_TRAIN, RING_ALLREDUCE, SHARD_INDICES,
-                                  expect_allreduce, expect_average, expect_shard, expect_traffic)
+                                  ZERO_MEMORY, expect_allreduce, expect_average, expect_shard, expect_traffic,
+                                  expect_zero)
 from grader.exercises.ddp_judge import expect_ddp
 from grader.expect import call, expect_tensor
 from grader.inputs import randint
@@ -59,6 +60,43 @@ def traffic_random(allreduce_traffic):
     for _ in range(20):
         nbytes, n = randint(1, 10**9), randint(1, 64)
         expect_traffic(allreduce_traffic, nbytes, n, 2 * (n - 1) / n * nbytes)
+
+
+def zero_oracle(psi: int, n: int, stage: int, p: float, g: float, k: float) -> dict[str, float]:
+    """The ZeRO paper's per-device formulas, written stage by stage (independent of the checks' table)."""
+    if stage == 0:
+        parts = (p * psi, g * psi, k * psi)
+    elif stage == 1:
+        parts = (p * psi, g * psi, k * psi / n)
+    elif stage == 2:
+        parts = (p * psi, g * psi / n, k * psi / n)
+    else:
+        parts = (p * psi / n, g * psi / n, k * psi / n)
+    return {"params": parts[0], "grads": parts[1], "optimizer_state": parts[2], "total": sum(parts)}
+
+
+@ZERO_MEMORY.hidden
+def zero_random_sizes(zero_memory):
+    """random parameter counts (not divisible by the world size too), world sizes 1 to 1024, every stage"""
+    for _ in range(24):
+        psi, n, stage = randint(1, 10**11), randint(1, 1024), randint(0, 3)
+        expect_zero(zero_memory, psi, n, stage, zero_oracle(psi, n, stage, 2, 2, 12))
+
+
+@ZERO_MEMORY.hidden
+def zero_random_byte_counts(zero_memory):
+    """random bytes per parameter for weights, gradients and optimizer state (fp32, fp8, SGD's 0 state, ...)"""
+    for _ in range(16):
+        psi, n, stage = randint(1, 10**10), randint(1, 64), randint(0, 3)
+        p, g, k = randint(1, 4), randint(1, 4), randint(0, 16)
+        expect_zero(zero_memory, psi, n, stage, zero_oracle(psi, n, stage, p, g, k), nbytes=(p, g, k))
+
+
+@ZERO_MEMORY.hidden
+def zero_world_of_one(zero_memory):
+    """a world of 1: every stage keeps everything, as plain training does"""
+    for stage in range(4):
+        expect_zero(zero_memory, 12345, 1, stage, zero_oracle(12345, 1, 0, 2, 2, 12))
 
 
 @SHARD_INDICES.hidden
