@@ -237,3 +237,14 @@ def test_remove_posix_can_run_in_a_kernel():
     """The prelude imports remove_posix by name from this file: it must use nothing of the test's globals."""
     names = {n.id for n in ast.walk(ast.parse(inspect.getsource(remove_posix))) if isinstance(n, ast.Name)}
     assert not names & {"ROOT", "grader", "lab", "selfcheck", "registry", "nbformat"}
+
+
+def test_notebooks_run_over_tcp_where_there_are_no_unix_sockets(monkeypatch, tmp_path):
+    """`python -m grader test` on Windows: zmq has no ipc transport there, so the kernel talks over localhost TCP
+    (catches a client that always asks for Unix sockets)."""
+    monkeypatch.setattr(selfcheck, "unix_sockets", lambda: False)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    client = selfcheck.client_for(nb, tmp_path, timeout=60, allow_errors=False)
+    assert client.km.transport == "tcp"
+    client.execute()
+    assert nb.cells[0].outputs[0]["text"] == "42\n"
