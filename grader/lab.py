@@ -228,6 +228,7 @@ def main_test(argv: list[str] | None = None) -> int:
     """`python -m grader test [NOTEBOOK ...]`: set up what is missing, then run every notebook and show each exercise."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser("python -m grader test", main_test.__doc__.split(":", 1)[1].strip())
+    parser.epilog = "Other arguments (NOTEBOOK ..., --json, --save, --timeout) are python -m grader selfcheck's."
     args, rest = parser.parse_known_args(argv)
     root = course_root()
     outer = _outer(args, root, "test", argv)
@@ -235,8 +236,12 @@ def main_test(argv: list[str] | None = None) -> int:
         return outer
     from grader import selfcheck
 
-    if not Path("notebooks").is_dir():
-        os.chdir(root)  # the default notebooks/ is the course's, wherever the command was started
+    named = argparse.ArgumentParser(add_help=False)
+    named.add_argument("notebooks", nargs="*")
+    for option in ("--json", "--save", "--timeout"):
+        named.add_argument(option)
+    if not named.parse_known_args(rest)[0].notebooks and not Path("notebooks").is_dir():
+        rest = [*rest, str(root / "notebooks")]  # the course's notebooks, wherever the command was started
     return selfcheck.main(rest)
 
 
