@@ -87,6 +87,23 @@ def _run(cmd: list[str], what: str) -> None:
         raise SetupError(f"{what} failed (exit status {done.returncode}); the output above says why")
 
 
+def one_kernel_config(venv: Path) -> Path:
+    """Jupyter server settings inside the course venv: its kernel is the only one any JupyterLab started from
+    the venv offers (`.venv/bin/jupyter lab` too), and the default. Notebook runners (nbclient) do not read them."""
+    import json
+
+    path = venv / "etc" / "jupyter" / "jupyter_server_config.json"  # read by every server; its config.d is not
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    config.setdefault("KernelSpecManager", {})["allowed_kernelspecs"] = [KERNEL]
+    config.setdefault("MultiKernelManager", {})["default_kernel_name"] = KERNEL
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
 def ensure_venv(root: Path, venv: Path) -> Path:
     """Create `venv` and install the course into it unless its stamp says that was done; return its Python."""
     if sys.version_info < MIN_PYTHON:
@@ -97,6 +114,7 @@ def ensure_venv(root: Path, venv: Path) -> Path:
     python = venv_python(venv)
     if not python.is_file():
         _run([sys.executable, "-m", "venv", str(venv)], f"creating {venv}")
+    one_kernel_config(venv)
     stamp = venv / STAMP
     want = fingerprint(root)
     if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == want:
@@ -246,4 +264,4 @@ def main_test(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["main_lab", "main_test", "ensure_venv", "ensure_kernel", "lab_command", "course_root", "venv_python",
-           "fingerprint", "kernel_home", "lab_env", "in_conda_env", "missing_packages", "KERNEL", "DISPLAY_NAME", "SetupError"]
+           "fingerprint", "one_kernel_config", "kernel_home", "lab_env", "in_conda_env", "missing_packages", "KERNEL", "DISPLAY_NAME", "SetupError"]

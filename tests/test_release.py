@@ -207,6 +207,12 @@ def test_python_m_grader_lab_serves_the_release_with_the_course_kernel_alone(stu
                    f"--IdentityProvider.token={TOKEN}"], port, student_release.folder, env=student_env(tmp_path))
     assert_course_kernel_alone(specs, student_release.folder / "notebooks")
     assert specs["kernelspecs"][lab.KERNEL]["spec"]["argv"][0] == str(student_release.python)
+    # Started some other way (the venv's own `jupyter lab`, as an IDE would), it offers the same one kernel.
+    port = free_port()
+    specs = serve([str(student_release.python.parent / "jupyter"), "lab", "--no-browser", f"--ServerApp.port={port}",
+                   f"--IdentityProvider.token={TOKEN}", "--notebook-dir=notebooks", "--allow-root"], port,
+                  student_release.folder, env=student_env(tmp_path))
+    assert_course_kernel_alone(specs, student_release.folder / "notebooks")
 
 
 def test_the_instructor_grades_notebooks_completed_in_the_release(student_release, tmp_path):
