@@ -13,19 +13,15 @@ VENV   ?= .venv
 KERNEL := resource-accounting
 ifeq ($(strip $(VENV)),)
 PY     := $(PYTHON)
-JUPYTER := $(PYTHON) -m jupyter
 STAMP  := .system-python
 else
 PY     := $(VENV)/bin/python
-JUPYTER := $(VENV)/bin/jupyter
 STAMP  := $(VENV)/.installed
 endif
 
 LAB_IP    ?= 127.0.0.1
 LAB_PORT  ?= 8888
 LAB_FLAGS ?=
-# Jupyter refuses to run as root unless told; containers and CI machines often are root.
-LAB_ROOT  := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 # make grade SUBMISSIONS=dir OUT=dir [GRADE_FLAGS="--workers 4 --timeout 120 --memory 8G"]
 SUBMISSIONS ?=
@@ -57,8 +53,9 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	@echo "set up $(VENV) with kernel '$(KERNEL)'"
 endif
 
+# `python -m grader lab` does the same without make: it registers the kernel if missing and offers only it.
 lab: $(STAMP)
-	$(JUPYTER) lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) $(LAB_FLAGS)
+	$(PY) -m grader lab $(if $(strip $(VENV)),--venv $(VENV),--no-venv) --ip $(LAB_IP) --port $(LAB_PORT) $(LAB_FLAGS)
 
 # One pytest run: the grader's tests (tests/) and nbval over every solution notebook, in TEST_WORKERS
 # processes, one file (a notebook's cells together) per worker at a time.

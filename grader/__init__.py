@@ -5,7 +5,19 @@ A cell that uses an exercise starts with  %%needs same_storage  (it waits until 
 """
 from grader import needs as _needs
 from grader.notebook import check
-from grader.runner import run_exercise, run_namespace
+
+try:  # imported now, before any student code runs, so the checks bind torch's own functions
+    from grader.runner import run_exercise, run_namespace
+except ModuleNotFoundError as _missing:  # a bare Python running `python -m grader lab`, which installs them
+    if (_missing.name or "grader").split(".")[0] == "grader":
+        raise
+    _WHY = f"{_missing.name}, which this Python lacks (`python -m grader lab` sets up the course)"
+
+    def __getattr__(name: str):
+        """Say why the checks are unavailable instead of a bare AttributeError."""
+        if name in ("run_exercise", "run_namespace"):
+            raise ImportError(f"grader.{name} needs {_WHY}")
+        raise AttributeError(f"module 'grader' has no attribute {name!r}")
 
 _needs.register()  # the %%needs cell magic, when imported in IPython
 

@@ -1,4 +1,4 @@
-"""`python -m grader <command>`: grade, mfu, student, release, demo, execute, gradescope, gradescope-run, selfcheck."""
+"""`python -m grader <command>`: lab, test, grade, mfu, student, release, demo, execute, gradescope, gradescope-run, selfcheck."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,9 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("lab", help="set up what is missing, then open JupyterLab on the notebooks", add_help=False)
+    sub.add_parser("test", help="set up what is missing, then run every notebook and show each exercise",
+                   add_help=False)
     sub.add_parser("grade", help="grade a folder of submissions into grades.csv and per-student reports",
                    add_help=False)
     sub.add_parser("mfu", help="time matmuls per dtype on this device and report MFU", add_help=False)
@@ -20,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("selfcheck", help="run your notebooks and show where each exercise stands", add_help=False)
     args, rest = parser.parse_known_args(argv)
+    if args.command in ("lab", "test"):  # first, and importing only the standard library: no venv exists yet
+        from grader import lab
+
+        return lab.main_lab(rest) if args.command == "lab" else lab.main_test(rest)
     if args.command == "mfu":
         from grader.mfu import main as run
     elif args.command == "selfcheck":

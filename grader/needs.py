@@ -15,7 +15,7 @@ import textwrap
 import types
 from typing import Any, Mapping
 
-__all__ = ["unwritten", "waiting_for", "register"]
+__all__ = ["unwritten", "waiting_for", "raised_by", "register"]
 
 
 def _raises_not_implemented(stmt: ast.stmt) -> bool:
@@ -74,10 +74,38 @@ def waiting_for(names: list[str], namespace: Mapping[str, Any]) -> list[str]:
     return [n for n in names if n not in namespace or unwritten(namespace[n])]
 
 
-def _message(waiting: list[str], why: str = "not written yet") -> str:
+def _message(waiting: list[str]) -> str:
+    """The one line every skip prints, whether a name is a stub or a partly written class."""
     listed = ", ".join(f"`{n}`" for n in waiting)
     them = "it is" if len(waiting) == 1 else "they are"
-    return f"Skipped: this cell uses {listed}, {why}. Run it again once {them} written."
+    return f"Skipped: this cell uses {listed}, not written yet. Run it again once {them} written."
+
+
+def _codes(obj: Any) -> set[types.CodeType]:
+    """The code objects of a function, or of a class's methods, static and class methods and properties."""
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    if isinstance(obj, types.FunctionType):
+        return {obj.__code__}
+    codes: set[types.CodeType] = set()
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            if isinstance(value, property):
+                for f in (value.fget, value.fset):
+                    codes |= _codes(f) if f is not None else set()
+            elif isinstance(value, (types.FunctionType, staticmethod, classmethod)):
+                codes |= _codes(value)
+    return codes
+
+
+def raised_by(names: list[str], namespace: Mapping[str, Any], error: BaseException) -> list[str]:
+    """Which of `names` raised `error` (the innermost of their frames in its traceback); all of them if none did."""
+    codes = {n: _codes(namespace.get(n)) for n in names}
+    tb, found = error.__traceback__, None
+    while tb is not None:
+        found = next((n for n, c in codes.items() if tb.tb_frame.f_code in c), found)
+        tb = tb.tb_next
+    return [found] if found is not None else list(names)
 
 
 def needs(line: str, cell: str) -> None:
@@ -96,8 +124,8 @@ def needs(line: str, cell: str) -> None:
     code = shell.compile(ast.parse(source, filename=filename), filename, "exec")
     try:
         exec(code, shell.user_ns)
-    except NotImplementedError:  # a partly written exercise (e.g. one method of a class still a stub)
-        print(_message(names, "and one of them raised NotImplementedError"))
+    except NotImplementedError as e:  # a partly written exercise (e.g. one method of a class still a stub)
+        print(_message(raised_by(names, shell.user_ns, e)))
 
 
 def register(shell: Any = None) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from grader.authoring.release import TOP_FOLDER
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,18 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 class StudentRelease:
     zip: Path       # dist/student.zip as built
     folder: Path    # what a student gets by unzipping it
-    python: Path    # the release's own .venv, made by its `make setup`
+    python: Path    # the release's own .venv, made by `python -m grader lab --setup-only` with no make on PATH
 
     def run(self, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
         """`python args...` in the release's venv, from the release folder, with nothing of the repo on the path."""
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        return subprocess.run([str(self.python), *args], cwd=self.folder, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run([str(self.python), *args], cwd=self.folder, env=student_env(self.folder.parent),
+                              capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
 def student_release(tmp_path_factory, request) -> StudentRelease:
-    """`python -m grader release`, its zip unzipped alone in a fresh folder, and `make setup` run there."""
+    """`python -m grader release`, its zip unzipped alone in a fresh folder, and set up there without make."""
     if not hasattr(request.config, "workerinput"):  # not an xdist worker: this process alone
         return build_release(tmp_path_factory.mktemp("student-release"))
     shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker of this run
@@ -46,22 +47,44 @@ def student_release(tmp_path_factory, request) -> StudentRelease:
             release = build_release(root)
             done.touch()
             return release
-    folder = root / "unzipped" / "student"
+    folder = root / "unzipped" / TOP_FOLDER
     return StudentRelease(root / "build" / "student.zip", folder, folder / ".venv" / "bin" / "python")
+
+
+def student_env(root: Path) -> dict[str, str]:
+    """A student's environment: nothing of the repo on Python's path, and no `make` on PATH (as on Windows):
+    PATH is one empty folder, so every command is named by its full path."""
+    bare = root / "bin-without-make"
+    bare.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MAKEFLAGS", "MAKELEVEL")}
+    env["PATH"] = str(bare)
+    assert shutil.which("make", path=env["PATH"]) is None
+    return env
+
+
+def commit_epoch(root: Path) -> None:
+    """Note when the repo's last commit was made, read with git before the build (what the release should be
+    dated by, even if a commit lands while the tests run); nothing outside a git checkout."""
+    given = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    done = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], capture_output=True, text=True)
+    epoch = given or (done.stdout.strip() if done.returncode == 0 else "")
+    if epoch:
+        (root / "commit-epoch").write_text(epoch)
 
 
 def build_release(root: Path) -> StudentRelease:
     root.mkdir(parents=True, exist_ok=True)
+    commit_epoch(root)
     built = subprocess.run([sys.executable, "-m", "grader", "release", "--out", str(root / "build" / "student")],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     archive = root / "build" / "student.zip"
     with zipfile.ZipFile(archive) as z:
         z.extractall(root / "unzipped")
-    folder = root / "unzipped" / "student"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MAKEFLAGS", "MAKELEVEL")}
-    setup = subprocess.run(["make", "-s", "setup", f"PYTHON={sys.executable}"], cwd=folder, env=env,
-                           capture_output=True, text=True, timeout=1200)
+    folder = root / "unzipped" / TOP_FOLDER
+    # The student's first command, with a plain Python (here the one running the tests) and no make.
+    setup = subprocess.run([sys.executable, "-m", "grader", "lab", "--setup-only"], cwd=folder,
+                           env=student_env(root), capture_output=True, text=True, timeout=1200)
     assert setup.returncode == 0, setup.stdout[-2000:] + setup.stderr[-2000:]
     return StudentRelease(archive, folder, folder / ".venv" / "bin" / "python")
 
@@ -72,7 +95,7 @@ def build_release(root: Path) -> StudentRelease:
 # Then the solution notebooks under nbval (6 to 30 s each, the slowest first), then the many short files,
 # which fill the end evenly.
 SLOW_FIRST = ["test_release.py", "test_demo_grading.py", "test_grading_objects.py", "test_grading.py",
-              "test_browser.py", "test_gradescope.py", "10_ddp.ipynb", "09_gpu.ipynb", "04_flops.ipynb"]
+              "test_browser.py", "test_gradescope.py", "test_lab.py", "10_ddp.ipynb", "09_gpu.ipynb", "04_flops.ipynb"]
 
 
 def _rank(item) -> int:

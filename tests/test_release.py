@@ -7,6 +7,7 @@ hidden check, and the instructor's grader grades notebooks completed in it.
 from __future__ import annotations
 
 import ast
+import calendar
 import csv
 import json
 import re
@@ -19,8 +20,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import chapters, registry
+from grader import chapters, lab, registry
 from grader.authoring.markers import find_forbidden
+from grader.authoring.release import TOP_FOLDER
+from tests.conftest import student_env
+from tests.test_lab import TOKEN, assert_course_kernel_alone, free_port, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -86,6 +90,7 @@ def test_the_zip_holds_no_solution_no_hidden_check_and_nothing_to_rebuild_them(s
         names = z.namelist()
         texts = {n: z.read(n).decode("utf-8", "replace") for n in names}
     top = {n.split("/")[1] for n in names}
+    assert {n.split("/")[0] for n in names} == {TOP_FOLDER}
     assert {"notebooks", "grader", "data", "README.md", "Makefile", "requirements.txt", "environment.yml",
             "pyproject.toml"} <= top
     assert not top & {"solutions", "tests", "demo", "docs", "benchmarks", "release", ".ci", ".git"}
@@ -105,7 +110,26 @@ def test_the_zip_holds_no_solution_no_hidden_check_and_nothing_to_rebuild_them(s
     assert hidden
     found = [(hit, n) for n, t in code.items() for hit in leaked(hidden, t)]
     assert not found, found[:5]
-    assert "make lab" in texts["student/README.md"] and "hand in" in texts["student/README.md"].lower()
+    readme = texts[f"{TOP_FOLDER}/README.md"]
+    assert "make lab" in readme and "hand in" in readme.lower()
+    # The route without make comes first, for Windows (py, .venv\Scripts) and for conda.
+    assert readme.index("py -m grader lab") < readme.index("make lab")
+    assert ".venv\\Scripts\\python" in readme and "conda activate" in readme
+
+
+def test_the_zip_is_named_for_the_course_and_dated_by_its_last_commit(student_release):
+    """The fixture builds into .../student: the top folder is the course's, not --out's (catches
+    `release/` inside release.zip), and every file carries the commit's date, not a fixed 2026-01-01
+    (which JupyterLab shows as months old)."""
+    assert student_release.folder.name == TOP_FOLDER != student_release.zip.stem
+    with zipfile.ZipFile(student_release.zip) as z:
+        dates = {info.date_time for info in z.infolist()}
+    assert len(dates) == 1
+    dated = calendar.timegm((*dates.pop(), 0, 0, 0))
+    noted = student_release.zip.parent.parent / "commit-epoch"  # by the fixture, with git, before the build
+    if not noted.is_file():
+        pytest.skip("not a git checkout: the release is dated by its newest file")
+    assert 0 <= int(noted.read_text()) - dated < 2  # a zip keeps even seconds
 
 
 def test_untouched_notebooks_run_to_the_end_with_every_check_not_implemented(student_release, tmp_path):
@@ -149,19 +173,46 @@ def answered_in_release(release_notebook: Path, solution: Path) -> nbformat.Note
     return nb
 
 
-def test_a_solved_notebook_passes_its_checks_in_the_release(student_release, tmp_path):
+def test_python_m_grader_test_passes_a_solved_notebook_without_make(student_release, tmp_path):
+    """`python -m grader test` from a Python outside the venv (the student's first one) and no make on PATH:
+    it runs in the release's venv, passes a solved notebook, and ends with advice no terminal breaks."""
     release_nb = student_release.folder / "notebooks" / "01_tensors.ipynb"
     solved = student_release.folder / "notebooks" / "solved" / "01_tensors.ipynb"
     solved.parent.mkdir()
     try:
         nbformat.write(answered_in_release(release_nb, ROOT / "solutions" / "01_tensors.ipynb"), solved)
-        done = student_release.run("-m", "grader", "selfcheck", str(solved), "--json", str(tmp_path / "r.json"))
+        done = subprocess.run([sys.executable, "-m", "grader", "test", str(solved), "--json", str(tmp_path / "r.json")],
+                              cwd=student_release.folder, env=student_env(tmp_path), capture_output=True, text=True,
+                              timeout=1200)
     finally:
         shutil.rmtree(solved.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "installing" not in done.stdout  # the venv the fixture set up is reused, not reinstalled
     [r] = json.loads((tmp_path / "r.json").read_text())
     assert r["cell_errors"] == [] and r["exercises"]
     assert all(e["status"] == "passed" for e in r["exercises"]), [(e["exercise"], e["message"]) for e in r["exercises"]]
+    n = len(r["exercises"])
+    closing = done.stdout.rstrip("\n").splitlines()[-3:]
+    assert closing[0] == f"{n} of {n} exercises pass their public checks."
+    assert " ".join(closing) == (f"{n} of {n} exercises pass their public checks. Grading adds hidden checks: "
+                                 "make your code right in general, not only for the examples.")
+    assert all(len(line) < 80 for line in closing), closing
+
+
+def test_python_m_grader_lab_serves_the_release_with_the_course_kernel_alone(student_release, tmp_path):
+    """`python -m grader lab --no-browser` from the student's first Python, no make on PATH: JupyterLab on the
+    release's notebooks, run by the venv, with its kernel the only one offered."""
+    port = free_port()
+    specs = serve([sys.executable, "-m", "grader", "lab", "--no-browser", "--port", str(port),
+                   f"--IdentityProvider.token={TOKEN}"], port, student_release.folder, env=student_env(tmp_path))
+    assert_course_kernel_alone(specs, student_release.folder / "notebooks")
+    assert specs["kernelspecs"][lab.KERNEL]["spec"]["argv"][0] == str(student_release.python)
+    # Started some other way (the venv's own `jupyter lab`, as an IDE would), it offers the same one kernel.
+    port = free_port()
+    specs = serve([str(student_release.python.parent / "jupyter"), "lab", "--no-browser", f"--ServerApp.port={port}",
+                   f"--IdentityProvider.token={TOKEN}", "--notebook-dir=notebooks", "--allow-root"], port,
+                  student_release.folder, env=student_env(tmp_path))
+    assert_course_kernel_alone(specs, student_release.folder / "notebooks")
 
 
 def test_the_instructor_grades_notebooks_completed_in_the_release(student_release, tmp_path):

@@ -1,14 +1,18 @@
 """Build the folder a class is handed: student notebooks, the grader without hidden checks or authoring.
 
 `python -m grader release [--out DIR] [--force]` (default DIR: dist/student under the repo root), and a zip of
-it beside the folder (dist/student.zip). The README and Makefile are the students' own, from release/.
+it beside the folder (dist/student.zip) whose top folder is always `resource-accounting/`, its files dated
+when the course's last commit was made. The README and Makefile are the students' own, from release/.
 Every notebook and grader file written is scanned for solution markers; a hit deletes the folder and fails.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -25,6 +29,9 @@ PRIVATE_PACKAGES = ("hidden", "authoring", "autograde")
 PROTECTED = ("grader", "solutions", "notebooks", "data", "demo", "tests", "docs", ".git", ".ci", ".venv")
 # Written into OUT so that a later build may delete it even outside the repo without --force.
 SENTINEL = ".grader-release"
+# The zip's top folder, whatever --out is called: what a student unzips and then finds in their files.
+TOP_FOLDER = "resource-accounting"
+ZIP_EPOCH = 315532800  # 1980-01-01, the earliest date a zip entry can hold
 
 
 class ReleaseError(RuntimeError):
@@ -121,15 +128,36 @@ def build_release(repo: Path, out: Path, force: bool = False) -> list[Path]:
     return written
 
 
-def zip_release(out: Path) -> Path:
-    """`out` as a zip beside it (`student.zip` for `dist/student`), the folder's name as its top level.
+def release_epoch(repo: Path) -> int:
+    """The release's own date, in seconds since 1970: SOURCE_DATE_EPOCH when set (the reproducible-builds
+    convention), else the time of the repo's last commit, else the newest source file (a repo without git)."""
+    given = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if given:
+        if not given.isdigit():
+            raise ReleaseError(f"SOURCE_DATE_EPOCH must be whole seconds since 1970, got {given!r}")
+        return int(given)
+    try:
+        done = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%ct"], capture_output=True,
+                              text=True, timeout=60)
+        if done.returncode == 0 and done.stdout.strip().isdigit():
+            return int(done.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    sources = [p for d in ("solutions", "grader") for p in (repo / d).rglob("*") if p.is_file()]
+    return int(max(p.stat().st_mtime for p in sources))
 
-    Fixed timestamps and sorted entries: the same release gives the same bytes."""
+
+def zip_release(out: Path, epoch: int) -> Path:
+    """`out` as a zip beside it (`student.zip` for `dist/student`) under the top folder TOP_FOLDER, every
+    entry dated `epoch` (UTC).
+
+    Fixed dates and sorted entries: the same release gives the same bytes."""
+    date_time = time.gmtime(max(epoch, ZIP_EPOCH))[:6]
     target = out.with_suffix(".zip")
     tmp = target.with_name(target.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != SENTINEL):
-            info = zipfile.ZipInfo(f"{out.name}/{path.relative_to(out).as_posix()}", date_time=(2026, 1, 1, 0, 0, 0))
+            info = zipfile.ZipInfo(f"{TOP_FOLDER}/{path.relative_to(out).as_posix()}", date_time=date_time)
             info.external_attr = 0o644 << 16
             z.writestr(info, path.read_bytes(), compress_type=zipfile.ZIP_DEFLATED)
     tmp.replace(target)
@@ -146,13 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         repo = repo_root()
         out = args.out if args.out is not None else repo / "dist" / "student"
+        epoch = release_epoch(repo)
         written = build_release(repo, out, args.force)
-        archive = zip_release(out)
+        archive = zip_release(out, epoch)
     except (ReleaseError, ValueError, FileNotFoundError) as e:  # MarkerError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
     notebooks = [p for p in written if p.parts[0] == "notebooks"]
-    print(f"built {out} and {archive.name}: {len(written)} files, {len(notebooks)} notebooks")
+    print(f"built {out} and {archive.name} ({TOP_FOLDER}/, dated {time.strftime('%Y-%m-%d', time.gmtime(epoch))}): "
+          f"{len(written)} files, {len(notebooks)} notebooks")
     for p in notebooks:
         print(f"  {p.as_posix()}")
     return 0
