@@ -246,5 +246,10 @@ def test_missing_or_non_folder_submissions_raise(tmp_path):
 def test_one_rule_names_a_notebooks_chapter(name, chapter):
     """grader.chapters.chapter_of is the rule grading, the self-check and the tests share: a renamed upload
     still names its chapter; a file naming two chapters, or a chapter under another's number, names none."""
+    from pathlib import Path
+
+    from grader import chapters, selfcheck
     from grader.chapters import chapter_of
     assert chapter_of(name) == chapter
+    # the student's own self-check sees the same chapter (it used to miss `jdoe-01-tensors.ipynb`)
+    assert selfcheck.chapter_of(Path(name.replace("\\", "/"))) == (chapters.key(chapter) if chapter else None)

@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 
 from grader.authoring.student import _is_solution_only, student_notebook
+from grader.chapters import chapter_of
 
 OUT = Path("demo/submissions")
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->")
@@ -58,7 +59,7 @@ def expected(solutions: Path) -> dict[str, bytes]:
     """Relative path -> bytes of every demo file."""
     files: dict[str, bytes] = {}
     chloe: dict[str, bytes] = {}
-    for path in sorted(solutions.glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted(p for p in solutions.glob("*.ipynb") if chapter_of(p.name)):
         sol = nbformat.read(path, as_version=4)
         files[f"Ada Lovelace/{path.stem} (1).ipynb"] = _text(answered(sol, 1.0))
         files[f"Ben Bitdiddle/{path.name}"] = _text(answered(sol, 0.0))
