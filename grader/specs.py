@@ -89,6 +89,8 @@ _P100_SRC = ("NVIDIA Tesla P100 datasheet (columns for NVLink and for PCIe), htt
 # quoted from NVIDIA's pages, so their other tensor rates follow those ratios, and FP64/FP32
 # (which run at a different clock ratio) are left out as unverified.
 _NVL_TENSOR = dict(tf32=417.5, bf16=835.5, fp16=835.5, fp8=1670.5, int8=1670.5)
+# CDNA 3 (304 CUs at 2,100 MHz): the MI300X's dense matrix figures, which the MI325X shares.
+_CDNA3 = dict(fp64=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4, fp8=2614.9, int8=2614.9)
 _HOPPER_SXM = dict(fp64=67, fp32=67, tf32=494.5, bf16=989.5, fp16=989.5, fp8=1979, int8=1979)
 
 _SPECS: tuple[DeviceSpec, ...] = (
@@ -268,15 +270,13 @@ _SPECS: tuple[DeviceSpec, ...] = (
                bandwidth=8000000000000.0),
     # AMD lists dense and sparse separately; these are the dense matrix figures. FP64 is the
     # matrix rate (what DGEMM uses); FP32 vector and matrix are equal.
-    DeviceSpec("MI300X", _peaks(fp64=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
-                                fp8=2614.9, int8=2614.9),
+    DeviceSpec("MI300X", _peaks(**_CDNA3),
                "AMD ROCm docs, AMD Instinct MI300 series microarchitecture, peak-performance "
                "table, https://rocm.docs.amd.com/en/docs-6.3.0/conceptual/gpu-arch/mi300.html ; "
                "AMD Instinct MI300X data sheet, https://www.amd.com/en/products/accelerators/"
                "instinct/mi300/mi300x.html ; dense figures (no halving needed)", sms=304, bandwidth=5300000000000.0),
     # Same CDNA 3 compute as the MI300X (304 CUs at 2,100 MHz), with 256 GB of HBM3E at 6 TB/s.
-    DeviceSpec("MI325X", _peaks(fp64=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
-                                fp8=2614.9, int8=2614.9),
+    DeviceSpec("MI325X", _peaks(**_CDNA3),
                "AMD Instinct MI325X specifications, https://www.amd.com/en/products/accelerators/"
                "instinct/mi300/mi325x.html ; dense figures (no halving needed), the MI300X's",
                sms=304, bandwidth=6000000000000.0),
