@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,20 @@ class StudentRelease:
         """`python args...` in the release's venv, from the release folder, with nothing of the repo on the path."""
         return subprocess.run([str(self.python), *args], cwd=self.folder, env=student_env(self.folder.parent),
                               capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def grading_bridge(tmp_path_factory) -> Iterator[Callable[..., object]]:
+    """`grading_bridge(cells, cell_timeout=20, check_timeout=5, memory_gib=3)`: a grading kernel that has run
+    `cells`, as `make grade` starts one; each kernel the module started is closed after its last test."""
+    from grader.autograde.bridge import grading_kernel
+    from grader.autograde.kernel import GiB, Limits
+
+    with ExitStack() as stack:
+        def start(cells: list[str], *, cell_timeout: float = 20, check_timeout: float = 5, memory_gib: float = 3):
+            limits = Limits(cell_timeout=cell_timeout, check_timeout=check_timeout, memory=int(memory_gib * GiB))
+            return stack.enter_context(grading_kernel(list(cells), tmp_path_factory.mktemp("kernel"), limits))
+        yield start
 
 
 @pytest.fixture(scope="session")

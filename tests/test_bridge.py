@@ -6,8 +6,7 @@ import torch
 
 from grader import registry
 from grader.autograde import tamper
-from grader.autograde.bridge import Bridge, RemoteFunction, RemoteObject, load_reply
-from grader.autograde.kernel import GiB, Limits, NotebookKernel
+from grader.autograde.bridge import RemoteFunction, RemoteObject, load_reply
 from grader.expect import CheckFailure, call
 from grader.runner import CheckCrashed, CheckMemory, CheckTimeout
 
@@ -36,16 +35,8 @@ CELLS = [
 
 
 @pytest.fixture(scope="module")
-def bridge(tmp_path_factory):
-    kernel = NotebookKernel(CELLS, tmp_path_factory.mktemp("kernel"),
-                            Limits(cell_timeout=20, check_timeout=3, memory=3 * GiB))
-    b = Bridge(kernel)
-    kernel.setup = lambda k: b.setup()
-    kernel.start()
-    kernel.run_cells()
-    yield b
-    kernel.close()
-    b.close()
+def bridge(grading_bridge):
+    return grading_bridge(CELLS, check_timeout=3)
 
 
 def remote(bridge, name, exercise="tensors.broadcast_shape"):
@@ -166,3 +157,28 @@ def test_a_scenario_hands_the_student_an_object_made_in_the_kernel(bridge):
     # the formula without a bounds check: right positions, then no IndexError for (4, 0)
     assert formula.status == "failed" and "should raise IndexError" in formula.message, formula.message
     assert tensors.ELEMENT_OFFSET is ex
+
+
+def test_a_kernel_that_cannot_start_is_a_recorded_crash_for_every_exercise(tmp_path, monkeypatch):
+    """Simulated fault (this machine starts kernels fine): start() raising ends in CRASHED records, nothing left."""
+    import nbformat
+
+    from grader.autograde import notebook
+    from grader.autograde.kernel import GiB, Limits, NotebookKernel
+
+    def refuse(self):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(NotebookKernel, "start", refuse)
+    from grader.autograde.bridge import Bridge
+    folders, close = [], Bridge.close
+    monkeypatch.setattr(Bridge, "close", lambda self: (folders.append(self.folder), close(self)))
+    folder, scratch = tmp_path / "sub", tmp_path / "scratch"
+    folder.mkdir(), scratch.mkdir()
+    path = folder / "01_tensors.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
+    grades = notebook.grade_notebook("jdoe", "01_tensors", path, folder, scratch,
+                                     Limits(cell_timeout=5, check_timeout=5, memory=GiB))
+    assert grades and {g.status for g in grades} == {"crashed"}
+    assert all("did not start: OSError: no more processes" in g.message for g in grades)
+    assert len(folders) == 1 and not folders[0].exists()  # the bridge was closed and its folder removed

@@ -603,19 +603,8 @@ def scale_no_reset(scale, found_inf, good_steps, growth_interval=2000):
 
 
 @pytest.fixture(scope="module")
-def kernel_bridge(tmp_path_factory):
-    from grader.autograde.bridge import Bridge
-    from grader.autograde.kernel import GiB, Limits, NotebookKernel
-
-    kernel = NotebookKernel([KERNEL_CELL], tmp_path_factory.mktemp("kernel"),
-                            Limits(cell_timeout=20, check_timeout=20, memory=3 * GiB))
-    b = Bridge(kernel)
-    kernel.setup = lambda k: b.setup()
-    kernel.start()
-    kernel.run_cells()
-    yield b
-    kernel.close()
-    b.close()
+def kernel_bridge(grading_bridge):
+    return grading_bridge([KERNEL_CELL], check_timeout=20)
 
 
 def graded_in_kernel(bridge, exercise_id: str, name: str) -> list[tuple[str, bool, str]]:

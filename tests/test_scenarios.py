@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from grader import registry
-from grader.autograde.bridge import Bridge, RemoteFunction, scenario_sources
-from grader.autograde.kernel import GiB, Limits, NotebookKernel
+from grader.autograde.bridge import RemoteFunction, scenario_sources
 from grader.scenario import Opaque, run_scenario, to_data
 from grader.scenarios import common
 
@@ -51,16 +50,8 @@ SPECS = [["Linear", 3, 4], ["ReLU"], ["Linear", 4, 2, {"bias": False}]]
 
 
 @pytest.fixture(scope="module")
-def kernel_bridge(tmp_path_factory):
-    kernel = NotebookKernel([MODULE_CELL, PATCH_CELL], tmp_path_factory.mktemp("kernel"),
-                            Limits(cell_timeout=20, check_timeout=5, memory=3 * GiB))
-    b = Bridge(kernel)
-    kernel.setup = lambda k: b.setup()
-    kernel.start()
-    kernel.run_cells()
-    yield b
-    kernel.close()
-    b.close()
+def kernel_bridge(grading_bridge):
+    return grading_bridge([MODULE_CELL, PATCH_CELL])
 
 
 def remote(bridge, name, exercise="tensors.same_storage"):

@@ -18,6 +18,8 @@ import stat
 import tempfile
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,8 @@ import torch
 from grader import scenario as scenarios_api
 from grader import wire
 from grader.autograde import kernel_side
-from grader.autograde.kernel import NotebookKernel, Outcome
+from grader.autograde.kernel import Limits, NotebookKernel, Outcome
+from grader.autograde.sandbox import Isolation
 from grader.autograde.tamper import PROTECTED
 from grader.expect import CheckFailure
 from grader.registry import Exercise
@@ -311,3 +314,27 @@ class RemoteFunction:
     def __repr__(self) -> str:
         return f"<student function {self.__name__}>"
 
+
+class KernelDidNotStart(RuntimeError):
+    """The grading kernel could not be started: the machine's problem, not the student's."""
+
+
+@contextmanager
+def grading_kernel(sources: list[str], cwd: Path, limits: Limits, *, isolation: Isolation | None = None,
+                   folder: Path | None = None) -> Iterator[Bridge]:
+    """A kernel that has run the notebook's cells once, with the bridge installed after every (re)start.
+
+    Everything it started is ended on the way out, whatever the body raised."""
+    bridge: Bridge | None = None
+    kernel = NotebookKernel(sources, cwd, limits, setup=lambda k: bridge.setup(), isolation=isolation, folder=folder)
+    bridge = Bridge(kernel)
+    try:
+        try:
+            kernel.start()
+        except Exception as e:
+            raise KernelDidNotStart(f"the grading kernel did not start: {type(e).__name__}: {e}") from e
+        kernel.run_cells()
+        yield bridge
+    finally:
+        kernel.close()
+        bridge.close()

@@ -453,6 +453,12 @@ class NotebookKernel:
             else:
                 return
 
+    def revive(self) -> None:
+        """One more fresh kernel after the notebook's own run gave up: the checks get a restart budget of their own."""
+        self.gave_up = ""
+        self.restarts = 0
+        self.restart()
+
     def run_cells(self) -> None:
         """Run every cell once, in order, continuing past errors; a cell that kills or hangs the kernel is skipped."""
         for i, source in enumerate(self.sources):

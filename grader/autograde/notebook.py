@@ -17,7 +17,7 @@ import nbformat
 
 from grader import chapters, registry
 from grader.autograde import tamper
-from grader.autograde.bridge import Bridge, RemoteFunction
+from grader.autograde.bridge import Bridge, KernelDidNotStart, RemoteFunction, grading_kernel
 from grader.autograde.kernel import Limits, NotebookKernel, Outcome
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
 from grader.autograde.sandbox import Isolation
@@ -138,6 +138,27 @@ def whole_notebook(student: str, chapter: str, status: str, message: str) -> lis
             for ex in registry.all_exercises(chapters.key(chapter))]
 
 
+def _checks(student: str, chapter: str, exercises: list[Exercise], bridge: Bridge, sources: list[str],
+            numbers: list[int], limits: Limits, scratch: Path) -> list[ExerciseGrade]:
+    """Every exercise's checks on the kernel that ran the notebook; a kernel that gave up gets one more life."""
+    kernel = bridge.kernel
+    if kernel.gave_up:
+        kernel.revive()
+    kinds = bridge.names(sorted({n for ex in exercises for n in ex.needs}))
+    grades = []
+    for ex in exercises:
+        absent = [n for n in ex.needs if kinds.get(n, "missing") == "missing"]
+        if absent:
+            why = "; ".join(filter(None, (_defining_cell(n, sources, numbers, kernel) for n in absent)))
+            status = CRASHED if "kernel died" in why else MISSING
+            message = f"the notebook defines no {', '.join(absent)}" + (f" ({why})" if why else "")
+            grades.append(ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status, _clean(message, scratch)))
+            continue
+        grades.append(_grade(student, chapter, ex, run_exercise_checks(ex, bridge, limits), scratch))
+    bridge.probe()
+    return grades
+
+
 def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch: Path,
                    limits: Limits, isolation: Isolation | None = None) -> list[ExerciseGrade]:
     """Grades for every exercise of `chapter` from the notebook at `path` (run in a copy of `folder`)."""
@@ -148,36 +169,14 @@ def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch
     exercises = registry.all_exercises(chapters.key(chapter))
     tampered = tamper.scan(sources, numbers)
     cwd = scratch_copy(folder, scratch)
-    kernel = NotebookKernel(sources, cwd, limits, isolation=isolation, folder=scratch)
-    bridge = Bridge(kernel)
-    kernel.setup = lambda k: bridge.setup()
     try:
-        try:
-            kernel.start()
-        except Exception as e:  # the machine's problem, not the student's; still a recorded status
-            return whole_notebook(student, chapter, CRASHED, f"the grading kernel did not start: {type(e).__name__}: {e}")
-        kernel.run_cells()
-        if kernel.gave_up:
-            kernel.gave_up = ""
-            kernel.restarts = 0
-            kernel.restart()
-        kinds = bridge.names(sorted({n for ex in exercises for n in ex.needs}))
-        grades = []
-        for ex in exercises:
-            absent = [n for n in ex.needs if kinds.get(n, "missing") == "missing"]
-            if absent:
-                why = "; ".join(filter(None, (_defining_cell(n, sources, numbers, kernel) for n in absent)))
-                status = CRASHED if "kernel died" in why else MISSING
-                message = f"the notebook defines no {', '.join(absent)}" + (f" ({why})" if why else "")
-                grades.append(ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status, _clean(message, scratch)))
-                continue
-            grades.append(_grade(student, chapter, ex, run_exercise_checks(ex, bridge, limits), scratch))
-        bridge.probe()
-    finally:
-        kernel.close()
-        bridge.close()
+        with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch) as bridge:
+            grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch)
+            tampered_by_calls = set(bridge.tampered)
+    except KernelDidNotStart as e:  # still a recorded status
+        return whole_notebook(student, chapter, CRASHED, str(e))
     named = {t.split(" replaces ", 1)[1] for t in tampered}
-    tampered += [f"the notebook replaced {name}" for name in sorted(bridge.tampered - named)]
+    tampered += [f"the notebook replaced {name}" for name in sorted(tampered_by_calls - named)]
     if tampered:
         grades = [g if g.status == MISSING else _withheld(g, tampered, scratch) for g in grades]
     return grades
