@@ -1,34 +1,50 @@
-"""The ten chapter notebooks, by file stem, and the short key their exercise ids use (`01_tensors` -> `tensors`)."""
+"""The ten chapters, each declared once, and the one rule that names a file's chapter."""
 from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 
-NOTEBOOKS: tuple[str, ...] = (
-    "01_tensors", "02_dtypes", "03_memory", "04_flops", "05_autograd",
-    "06_modules", "07_initialization", "08_checkpointing", "09_gpu", "10_ddp",
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter, declared once: its notebook's stem (`01_tensors`) names the notebook, and the part after the
+    number (`tensors`) names its exercises, check modules, scenarios and answer tests."""
+
+    stem: str
+    title: str  # what the chapter is called where people read it (feedback pages, the README)
+
+    @property
+    def key(self) -> str:
+        return self.stem.split("_", 1)[1]
+
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter("01_tensors", "Tensors: storage, views and einops"),
+    Chapter("02_dtypes", "Floating-point formats and mixed precision"),
+    Chapter("03_memory", "Where the bytes go"),
+    Chapter("04_flops", "Counting compute, MFU and the roofline"),
+    Chapter("05_autograd", "Gradients by hand and by machine"),
+    Chapter("06_modules", "nn.Module from the inside"),
+    Chapter("07_initialization", "Scale, variance and reproducibility"),
+    Chapter("08_checkpointing", "Saving, resuming, recomputing"),
+    Chapter("09_gpu", "Devices, asynchrony, transfers"),
+    Chapter("10_ddp", "Data-parallel training"),
 )
-
-
-# What each chapter is called where people read it (feedback pages, the README).
-TITLES: dict[str, str] = {
-    "01_tensors": "Tensors: storage, views and einops", "02_dtypes": "Floating-point formats and mixed precision",
-    "03_memory": "Where the bytes go", "04_flops": "Counting compute, MFU and the roofline",
-    "05_autograd": "Gradients by hand and by machine", "06_modules": "nn.Module from the inside",
-    "07_initialization": "Scale, variance and reproducibility", "08_checkpointing": "Saving, resuming, recomputing",
-    "09_gpu": "Devices, asynchrony, transfers", "10_ddp": "Data-parallel training",
-}
+NOTEBOOKS: tuple[str, ...] = tuple(c.stem for c in CHAPTERS)
 
 
 def title(stem: str) -> str:
     """`01_tensors` -> `Chapter 01 · Tensors: storage, views and einops` (an unknown stem is shown as is)."""
-    number = stem.split("_", 1)[0]
-    return f"Chapter {number} · {TITLES[stem]}" if stem in TITLES else stem
+    for c in CHAPTERS:
+        if c.stem == stem:
+            return f"Chapter {stem.split('_', 1)[0]} · {c.title}"
+    return stem
 
 
 def key(stem: str) -> str:
     """The exercise-id prefix of a notebook stem: `01_tensors` -> `tensors`."""
-    return stem.split("_", 1)[1]
+    return Chapter(stem, "").key
 
 
 def stem(key_: str) -> str:

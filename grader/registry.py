@@ -73,7 +73,7 @@ class Exercise:
         return self._add(fn, True, weight, timeout)
 
 
-_EXERCISES: dict[str, Exercise] = {}
+_DECLARED: dict[str, Exercise] = {}  # filled by exercise() as the check modules are imported; read through load()
 
 
 def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None, title: str = "",
@@ -84,7 +84,7 @@ def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None,
     """
     if id.count(".") != 1:
         raise ValueError(f"exercise id must be '<chapter>.<name>', got {id!r}")
-    if id in _EXERCISES:
+    if id in _DECLARED:
         raise ValueError(f"exercise {id!r} declared twice")
     if needs is None:
         needs = (id.split(".", 1)[1],)
@@ -92,7 +92,7 @@ def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None,
         needs = (needs,)
     ex = Exercise(id=id, points=points, needs=tuple(needs), title=title or id.split(".", 1)[1],
                   forbid=tuple(forbid), module=sys._getframe(1).f_globals.get("__name__", ""))
-    _EXERCISES[id] = ex
+    _DECLARED[id] = ex
     return ex
 
 
@@ -124,7 +124,7 @@ def _check(stage: str) -> None:
         return
     from grader.chapters import NOTEBOOKS, key
     keys = [key(s) for s in NOTEBOOKS]
-    course = [e for e in _EXERCISES.values() if e.module.startswith("grader.")]
+    course = [e for e in _DECLARED.values() if e.module.startswith("grader.")]
     problems = [f"{e.id} (declared in {e.module}) names no chapter; chapters: {', '.join(keys)}"
                 for e in course if e.chapter not in keys]
     problems += [f"chapter {s} declares no exercise" for s in NOTEBOOKS if not any(e.chapter == key(s) for e in course)]
@@ -135,36 +135,43 @@ def _check(stage: str) -> None:
     _checked.add(stage)
 
 
-def _load_public() -> None:
+def hidden_available() -> bool:
+    """Whether this grader holds the hidden checks (the student release leaves them out)."""
+    return os.path.isfile(os.path.join(os.path.dirname(__file__), "hidden", "__init__.py"))
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The course's exercises as loaded, handed to whatever runs or counts checks (runner, grading, Gradescope)."""
+
+    exercises: tuple[Exercise, ...]
+    hidden: bool  # whether the hidden checks are part of it
+
+    def get(self, id: str) -> Exercise:
+        for e in self.exercises:
+            if e.id == id:
+                return e
+        known = ", ".join(sorted(e.id for e in self.exercises)) or "none"
+        raise KeyError(f"no exercise {id!r}; known: {known}")
+
+    def of(self, chapter: str | None = None) -> list[Exercise]:
+        """The exercises of one chapter key (all when None), in declaration order: the order of the notebook."""
+        return [e for e in self.exercises if chapter is None or e.chapter == chapter]
+
+    def checks(self, ex: Exercise) -> list[Check]:
+        """What runs for `ex`: every check with the hidden ones loaded, else the public ones."""
+        return list(ex.checks) if self.hidden else ex.public_checks()
+
+
+def load(hidden: bool = False) -> Registry:
+    """Import every chapter's public checks (and hidden ones when asked), held to the chapter rules.
+
+    Asking for hidden checks where the release left them out is an error, never a quiet public-only grade."""
     import grader.exercises  # noqa: F401  (registers every chapter's exercises)
     _check("public")
-
-
-def load_hidden() -> bool:
-    """Register the hidden checks; False in the student release, where they are left out."""
-    _load_public()
-    if not os.path.isfile(os.path.join(os.path.dirname(__file__), "hidden", "__init__.py")):
-        return False  # decided by this package's own files, not by whatever else is on sys.path
-    import grader.hidden  # noqa: F401  (a chapter without its hidden module is a RegistryError)
-    _check("hidden")
-    return True
-
-
-def get(id: str) -> Exercise:
-    _load_public()
-    try:
-        return _EXERCISES[id]
-    except KeyError:
-        known = ", ".join(sorted(_EXERCISES)) or "none"
-        raise KeyError(f"no exercise {id!r}; known: {known}") from None
-
-
-def all_exercises(chapter: str | None = None) -> list[Exercise]:
-    """Exercises in declaration order (the order of the notebook)."""
-    _load_public()
-    return [e for e in _EXERCISES.values() if chapter is None or e.chapter == chapter]
-
-
-def chapters() -> list[str]:
-    _load_public()
-    return list(dict.fromkeys(e.chapter for e in _EXERCISES.values()))
+    if hidden:
+        if not hidden_available():  # decided by this package's own files, not by whatever else is on sys.path
+            raise RuntimeError("hidden checks are not part of the student release")
+        import grader.hidden  # noqa: F401  (a chapter without its hidden module is a RegistryError)
+        _check("hidden")
+    return Registry(tuple(_DECLARED.values()), hidden)

@@ -20,7 +20,7 @@ import torch
 
 from grader import registry, wire
 from grader.expect import CheckFailure
-from grader.registry import Check, Exercise
+from grader.registry import Check, Exercise, Registry
 from grader.results import (CRASHED, ERROR, FAILED, MEMORY, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT,
                             CheckResult, ExerciseResult)
 
@@ -175,36 +175,38 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
 
 
 def run_exercise(exercise_id: str, *objs: Any, hidden: bool = False,
-                 timeout: float | None = DEFAULT_CHECK_TIMEOUT) -> ExerciseResult:
+                 timeout: float | None = DEFAULT_CHECK_TIMEOUT, course: Registry | None = None) -> ExerciseResult:
     """Run the public checks (and the hidden ones when `hidden`) of one exercise on `objs`.
 
-    `objs` are the student's objects in the order of the exercise's `needs`.
+    `objs` are the student's objects in the order of the exercise's `needs`; `course` is the loaded registry
+    (loaded here when not given).
     """
-    if hidden and not registry.load_hidden():
-        raise RuntimeError("hidden checks are not part of the student release")
-    ex = registry.get(exercise_id)
+    course = course or registry.load(hidden)
+    if hidden and not course.hidden:
+        raise ValueError("hidden checks asked of a registry loaded without them")
+    ex = course.get(exercise_id)
     if len(objs) != len(ex.needs):
         names = ", ".join(ex.needs)
         return ExerciseResult(ex.id, ex.points, [], ERROR,
                               f"the check needs {len(ex.needs)} argument(s): {names}; got {len(objs)}")
-    checks = ex.checks if hidden else ex.public_checks()
+    run = course.checks(ex) if hidden else ex.public_checks()
     objs = tuple(_forbid_during(o, ex) for o in objs)
-    return ExerciseResult(ex.id, ex.points, [run_check(ex, c, objs, timeout) for c in checks])
+    return ExerciseResult(ex.id, ex.points, [run_check(ex, c, objs, timeout) for c in run])
 
 
 def run_namespace(namespace: Mapping[str, Any], chapter: str | None = None, hidden: bool = True,
                   timeout: float | None = DEFAULT_CHECK_TIMEOUT) -> list[ExerciseResult]:
     """Grade every exercise of `chapter` from the names a notebook defined (missing names: `missing`)."""
-    if hidden and not registry.load_hidden():
-        raise RuntimeError("hidden checks are not part of the student release")
+    course = registry.load(hidden)
     results = []
-    for ex in registry.all_exercises(chapter):
+    for ex in course.of(chapter):
         absent = [n for n in ex.needs if n not in namespace]
         if absent:
             results.append(ExerciseResult(ex.id, ex.points, [], MISSING,
                                           f"the notebook defines no {', '.join(absent)}"))
             continue
-        results.append(run_exercise(ex.id, *(namespace[n] for n in ex.needs), hidden=hidden, timeout=timeout))
+        results.append(run_exercise(ex.id, *(namespace[n] for n in ex.needs), hidden=hidden, timeout=timeout,
+                                    course=course))
     return results
 
 

@@ -360,7 +360,7 @@ def test_release_grader_runs_public_checks_only(tmp_path):
     code = (
         "import grader, grader.registry as r\n"
         "assert grader.__file__.startswith(%r), grader.__file__\n"
-        "assert r.load_hidden() is False\n"
+        "assert r.hidden_available() is False\n"
         "res = grader.run_exercise('tensors.same_storage', lambda x, y: x is y)\n"
         "assert res.status == 'failed' and all(not c.hidden for c in res.checks), res\n"
         "try:\n"

@@ -41,7 +41,7 @@ def bridge(grading_bridge):
 
 def remote(bridge, name, exercise="tensors.broadcast_shape"):
     bridge.deadline, bridge.limit = None, 3
-    return RemoteFunction(bridge, name, registry.get(exercise))
+    return RemoteFunction(bridge, name, registry.load().get(exercise))
 
 
 def test_views_of_one_storage_arrive_as_views_whatever_their_dtype(bridge):
@@ -148,7 +148,7 @@ def test_a_scenario_hands_the_student_an_object_made_in_the_kernel(bridge):
     from grader.exercises import tensors
     from grader.runner import run_check
 
-    ex = registry.get("tensors.element_offset")
+    ex = registry.load().get("tensors.element_offset")
     check = next(c for c in ex.checks if c.name == "from_the_layout_alone")
     bridge.deadline, bridge.limit = None, 3
     shortcut = run_check(ex, check, (RemoteFunction(bridge, "offset_by_indexing", ex),), None)
@@ -178,7 +178,7 @@ def test_a_kernel_that_cannot_start_is_a_recorded_crash_for_every_exercise(tmp_p
     path = folder / "01_tensors.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
     grades = notebook.grade_notebook("jdoe", "01_tensors", path, folder, scratch,
-                                     Limits(cell_timeout=5, check_timeout=5, memory=GiB))
+                                     Limits(cell_timeout=5, check_timeout=5, memory=GiB), registry.load(hidden=True))
     assert grades and {g.status for g in grades} == {"crashed"}
     assert all("did not start: OSError: no more processes" in g.message for g in grades)
     assert len(folders) == 1 and not folders[0].exists()  # the bridge was closed and its folder removed

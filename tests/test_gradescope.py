@@ -112,12 +112,12 @@ def notebook_bytes(nb: nbformat.NotebookNode) -> bytes:
 
 
 def points() -> float:
-    return sum(e.points for e in registry.all_exercises("tensors"))
+    return sum(e.points for e in registry.load().of("tensors"))
 
 
 def test_a_solved_submission_scores_full_marks(autograder, tmp_path):
     r = submit(autograder, tmp_path, {"01_tensors.ipynb": notebook_bytes(hazards.solved())})
-    assert r["score"] == points() and len(r["tests"]) == len(registry.all_exercises("tensors"))
+    assert r["score"] == points() and len(r["tests"]) == len(registry.load().of("tensors"))
     assert all(t["status"] == "passed" and t["score"] == t["max_score"] for t in r["tests"])
     assert r["output"].startswith(f"{points():g} of {points():g} points") and "01_tensors.ipynb" in r["output"]
     assert r["stdout_visibility"] == "hidden"
@@ -177,7 +177,7 @@ def assert_graded_on_its_own_code(r: dict, token: str) -> None:
     """The honest exercises score, the blank ones do not, and the forged results never replace the grader's."""
     by_id = {t["extra_data"]["exercise"].partition(".")[2]: t for t in r["tests"]}
     assert {e: t["extra_data"]["status"] for e, t in by_id.items()} == cheats.EXPECTED
-    points_by = {e.id.partition(".")[2]: e.points for e in registry.all_exercises("tensors")}
+    points_by = {e.id.partition(".")[2]: e.points for e in registry.load().of("tensors")}
     assert r["score"] == sum(points_by[e] for e in cheats.HONEST)
     assert token not in json.dumps(r)
 

@@ -36,7 +36,7 @@ def test_every_exercise_is_checked_once_in_its_notebook(path):
     nb = nbformat.read(path, as_version=4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     called = re.findall(r'grader\.check\(\s*"([^"]+)"', source)
-    expected = [e.id for e in registry.all_exercises(chapter_of(path))]
+    expected = [e.id for e in registry.load().of(chapter_of(path))]
     assert expected, f"no exercises registered for {chapter_of(path)}"
     assert sorted(called) == sorted(expected)
     assert called == expected, "checks should appear in the order the exercises are declared"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LOAD = "from grader import registry; registry.load_hidden(); print(len(registry.all_exercises()))"
+LOAD = "from grader import registry; print(len(registry.load(hidden=True).exercises))"
 
 
 @pytest.fixture

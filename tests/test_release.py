@@ -140,7 +140,7 @@ def test_untouched_notebooks_run_to_the_end_with_every_check_not_implemented(stu
     assert [Path(r["notebook"]).name for r in results] == [p.name for p in SOLUTIONS]
     for r in results:
         assert r["problem"] == "" and r["cell_errors"] == [], (r["notebook"], r["problem"], r["cell_errors"])
-        expected = [e.id for e in registry.all_exercises(r["chapter"])]
+        expected = [e.id for e in registry.load().of(r["chapter"])]
         assert [e["exercise"] for e in r["exercises"]] == expected
         for e in r["exercises"]:
             assert e["status"] == "not_implemented", (e["exercise"], e["message"])
@@ -229,4 +229,4 @@ def test_the_instructor_grades_notebooks_completed_in_the_release(student_releas
     rows = list(csv.DictReader(open(out / "grades.csv", encoding="utf-8")))
     assert rows and all(r["status"] == "passed" and r["score"] == r["max_score"] for r in rows), rows
     assert {r["chapter"] for r in rows} == set(chosen)
-    assert len(rows) == sum(len(registry.all_exercises(chapters.key(s))) for s in chosen)
+    assert len(rows) == sum(len(registry.load().of(chapters.key(s))) for s in chosen)

@@ -56,7 +56,7 @@ def kernel_bridge(grading_bridge):
 
 def remote(bridge, name, exercise="tensors.same_storage"):
     bridge.deadline, bridge.limit = None, 5
-    return RemoteFunction(bridge, name, registry.get(exercise))
+    return RemoteFunction(bridge, name, registry.load().get(exercise))
 
 
 def local_namespace() -> dict:
@@ -98,7 +98,7 @@ def test_a_hanging_forward_times_out_and_the_kernel_recovers(kernel_bridge):
     import time
 
     kernel_bridge.limit, kernel_bridge.deadline = 2, time.monotonic() + 2
-    slow = RemoteFunction(kernel_bridge, "Slow", registry.get("tensors.same_storage"))
+    slow = RemoteFunction(kernel_bridge, "Slow", registry.load().get("tensors.same_storage"))
     with pytest.raises(CheckTimeout):
         run_scenario(common.forward_and_describe, slow, SPECS, torch.randn(2, 3), 0)
     assert isinstance(run_scenario(common.call, remote(kernel_bridge, "Stack")), Opaque)  # the kernel answers again

@@ -87,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from grader import registry
 
+    course = registry.load()
     chosen = [c.strip() for c in args.chapters.split(",") if c.strip()] or \
-        [c for c in chapter_names.NOTEBOOKS if registry.all_exercises(chapter_names.key(c))]
+        [c for c in chapter_names.NOTEBOOKS if course.of(chapter_names.key(c))]
     try:
         out = build(args.out or repo_root() / "dist" / "autograder.zip", chosen)
     except ValueError as e:

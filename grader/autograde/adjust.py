@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import registry
+from grader.registry import Registry
 from grader.autograde import late as late_mod
 from grader.autograde.canvas import CanvasStudent, Collected
 from grader.autograde.late import LatePolicy, Lateness
@@ -73,8 +73,8 @@ class Adjustments:
         return raw if lateness is None else lateness.apply(raw)
 
 
-def prepare(options: Options, collected: Collected, chapters: list[str],
-            out: Path) -> tuple[Adjustments | None, list[str]]:
+def prepare(options: Options, collected: Collected, chapters: list[str], out: Path,
+            course: Registry) -> tuple[Adjustments | None, list[str]]:
     """The adjustments for this run and a note on each, or (None, []) when there are none; ValueError with a
     one-line reason for any bad option, file or row."""
     students = [s.student for s in collected.submissions]
@@ -85,7 +85,7 @@ def prepare(options: Options, collected: Collected, chapters: list[str],
 
     path = options.overrides or (out / FILENAME if (out / FILENAME).is_file() else None)
     if path is not None:
-        points = {e.id: e.points for c in chapters for e in registry.all_exercises(key(c))}
+        points = {e.id: e.points for c in chapters for e in course.of(key(c))}
         adjust.overrides = read_overrides(path, resolve, points)
         notes.append(f"applied {len(adjust.overrides)} manual override(s) from {path}")
 

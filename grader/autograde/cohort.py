@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from grader import chapters as chapter_names
 from grader import registry
+from grader.registry import Registry
 from grader.autograde import report
 from grader.autograde.adjust import Options, prepare
 from grader.autograde.canvas import collect_submissions
@@ -70,9 +71,9 @@ def grader_fingerprint(limits: Limits) -> str:
     return h.hexdigest()
 
 
-def graded_chapters(subs: list[Submission], asked: list[str] | None) -> list[str]:
+def graded_chapters(subs: list[Submission], asked: list[str] | None, course: Registry) -> list[str]:
     """The chapters asked for, else every chapter some student submitted; only chapters that have exercises."""
-    with_exercises = [c for c in chapter_names.NOTEBOOKS if registry.all_exercises(chapter_names.key(c))]
+    with_exercises = [c for c in chapter_names.NOTEBOOKS if course.of(chapter_names.key(c))]
     if asked:
         unknown = [c for c in asked if c not in chapter_names.NOTEBOOKS]
         if unknown:
@@ -115,7 +116,7 @@ def _reuse(out: Path, task: Task) -> NotebookRecord | None:
 def _worker_init() -> None:
     import torch
 
-    registry.load_hidden()
+    registry.load(hidden=True)  # once per worker, before its first notebook
     torch.set_num_threads(1)  # the checks here are small; the cores belong to the kernels
 
 
@@ -126,21 +127,23 @@ def _ready() -> None:
 def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | None = None) -> NotebookRecord:
     """In a worker: grade one notebook in its own scratch folder; a grader failure is a status, never a raise."""
     scratch = Path(tempfile.mkdtemp(prefix="nb-", dir=scratch_root))
+    course = registry.load(hidden=True)
     try:
-        return grade(task.student, task.chapter, task.path, task.folder, scratch, limits, task.source,
+        return grade(task.student, task.chapter, task.path, task.folder, scratch, limits, course, task.source,
                      task.fingerprint, task.message, isolation)
     except BaseException as e:  # a bug in the grader must cost one notebook, not the class
         return NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
-            task.student, task.chapter, CRASHED, f"the grader itself failed on this notebook: {type(e).__name__}: {e}"))
+            task.student, task.chapter, CRASHED, f"the grader itself failed on this notebook: {type(e).__name__}: {e}",
+            course))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _instant(task: Task) -> NotebookRecord:
+def _instant(task: Task, course: Registry) -> NotebookRecord:
     """Missing and unreadable submissions need no kernel."""
     status = task.status or "missing"
     return NotebookRecord(task.student, task.chapter, task.source, task.fingerprint, 0.0,
-                          whole_notebook(task.student, task.chapter, status, task.message))
+                          whole_notebook(task.student, task.chapter, status, task.message, course))
 
 
 def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, chapters: list[str] | None = None,
@@ -148,7 +151,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                  options: Options | None = None) -> Summary:
     """Grade every submission under `submissions` into `out`; returns what was done.
     `sandbox` (auto, on, off) and `kernel_user`: see sandbox.choose; "on" raises SandboxUnavailable where it cannot."""
-    registry.load_hidden()
+    course = registry.load(hidden=True)
     start = time.monotonic()
     console = console or Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="grader-") as scratch_root:
@@ -159,8 +162,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         subs, warnings = found.submissions, found.warnings
         if (Path(scratch_root) / "zips").is_dir():
             os.chmod(Path(scratch_root) / "zips", 0o700)  # other students' unpacked zips: never a kernel user's
-        chosen = graded_chapters(subs, chapters)
-        adjust, notes = prepare(options, found, chosen, out)  # overrides, late work, canvas.csv: checked before any output
+        chosen = graded_chapters(subs, chapters, course)
+        adjust, notes = prepare(options, found, chosen, out, course)  # overrides, late work, canvas.csv: checked before any output
         warnings.extend(notes)
         base = grader_fingerprint(limits) + ":" + isolation.kind
         tasks = plan(subs, chosen, base)
@@ -170,7 +173,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         pending: list[Task] = []
         for task in tasks:
             if task.path is None:
-                records[(task.student, task.chapter)] = _instant(task)
+                records[(task.student, task.chapter)] = _instant(task, course)
             elif (old := _reuse(out, task)) is not None:
                 records[(task.student, task.chapter)] = old
                 summary.reused += 1
@@ -248,7 +251,8 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
                         tries[id(task)] = tries.get(id(task), 0) + 1
                         if tries[id(task)] >= 2:
                             yield NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
-                                task.student, task.chapter, CRASHED, "the grading process died twice on this notebook"))
+                                task.student, task.chapter, CRASHED, "the grading process died twice on this notebook",
+                                registry.load(hidden=True)))
                         else:
                             queue.insert(0, task)
             if broken:

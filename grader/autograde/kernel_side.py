@@ -52,8 +52,8 @@ def _watched(protected):
         for attr in _wire.SHELL_ATTRS:
             found[f"get_ipython().{attr}"] = vars(shell).get(attr)
     registry = sys.modules.get("grader.registry")
-    for ex_id, ex in (getattr(registry, "_EXERCISES", None) or {}).items():
-        found[f"grader exercise {ex_id}"] = tuple(c.fn for c in ex.checks if not c.hidden)  # hidden ones may load later
+    for ex in (registry.load().exercises if registry is not None else ()):
+        found[f"grader exercise {ex.id}"] = tuple(c.fn for c in ex.public_checks())  # hidden ones may load later
     return found
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import nbformat
 
-from grader import chapters, registry
+from grader import chapters
 from grader.autograde import tamper
 from grader.autograde.bridge import Bridge, KernelDidNotStart, RemoteFunction, grading_kernel
 from grader.autograde.kernel import Limits, NotebookKernel, Outcome
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
 from grader.autograde.sandbox import Isolation
-from grader.registry import Exercise
+from grader.registry import Exercise, Registry
 from grader.results import (CRASHED, INVALID, MISSING, PASSED, TAMPERED, TIMEOUT, CheckResult, ExerciseResult)
 from grader.runner import run_check
 
@@ -104,12 +104,12 @@ def check_limit(declared: float | None, limits: Limits) -> float:
     return declared * limits.check_timeout / Limits().check_timeout
 
 
-def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits) -> ExerciseResult:
+def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits, course: Registry) -> ExerciseResult:
     """Every check of `ex` on the student's functions; after a time-out or a crash the rest are not run."""
     objs = tuple(RemoteFunction(bridge, name, ex) for name in ex.needs)
     results: list[CheckResult] = []
     stop: tuple[str, str] | None = None
-    for check in ex.checks:
+    for check in course.checks(ex):
         if stop is None and bridge.kernel.gave_up:
             stop = (CRASHED, bridge.kernel.gave_up)
         if stop is not None:
@@ -132,14 +132,14 @@ def _grade(student: str, chapter: str, ex: Exercise, result: ExerciseResult, scr
                          _clean(result.message, scratch), checks)
 
 
-def whole_notebook(student: str, chapter: str, status: str, message: str) -> list[ExerciseGrade]:
+def whole_notebook(student: str, chapter: str, status: str, message: str, course: Registry) -> list[ExerciseGrade]:
     """The same status for every exercise of a chapter (missing notebook, unreadable file, dead kernel)."""
     return [ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status, message)
-            for ex in registry.all_exercises(chapters.key(chapter))]
+            for ex in course.of(chapters.key(chapter))]
 
 
 def _checks(student: str, chapter: str, exercises: list[Exercise], bridge: Bridge, sources: list[str],
-            numbers: list[int], limits: Limits, scratch: Path) -> list[ExerciseGrade]:
+            numbers: list[int], limits: Limits, scratch: Path, course: Registry) -> list[ExerciseGrade]:
     """Every exercise's checks on the kernel that ran the notebook; a kernel that gave up gets one more life."""
     kernel = bridge.kernel
     if kernel.gave_up:
@@ -154,27 +154,27 @@ def _checks(student: str, chapter: str, exercises: list[Exercise], bridge: Bridg
             message = f"the notebook defines no {', '.join(absent)}" + (f" ({why})" if why else "")
             grades.append(ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status, _clean(message, scratch)))
             continue
-        grades.append(_grade(student, chapter, ex, run_exercise_checks(ex, bridge, limits), scratch))
+        grades.append(_grade(student, chapter, ex, run_exercise_checks(ex, bridge, limits, course), scratch))
     bridge.probe()
     return grades
 
 
 def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch: Path,
-                   limits: Limits, isolation: Isolation | None = None) -> list[ExerciseGrade]:
+                   limits: Limits, course: Registry, isolation: Isolation | None = None) -> list[ExerciseGrade]:
     """Grades for every exercise of `chapter` from the notebook at `path` (run in a copy of `folder`)."""
     try:
         sources, numbers = read_cells(path)
     except InvalidNotebook as e:
-        return whole_notebook(student, chapter, INVALID, f"{path.name} is {e}")
-    exercises = registry.all_exercises(chapters.key(chapter))
+        return whole_notebook(student, chapter, INVALID, f"{path.name} is {e}", course)
+    exercises = course.of(chapters.key(chapter))
     tampered = tamper.scan(sources, numbers)
     cwd = scratch_copy(folder, scratch)
     try:
         with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch) as bridge:
-            grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch)
+            grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch, course)
             tampered_by_calls = set(bridge.tampered)
     except KernelDidNotStart as e:  # still a recorded status
-        return whole_notebook(student, chapter, CRASHED, str(e))
+        return whole_notebook(student, chapter, CRASHED, str(e), course)
     named = {t.split(" replaces ", 1)[1] for t in tampered}
     tampered += [f"the notebook replaced {name}" for name in sorted(tampered_by_calls - named)]
     if tampered:
@@ -192,14 +192,14 @@ def _withheld(g: ExerciseGrade, tampered: list[str], scratch: Path) -> ExerciseG
 
 
 def grade(student: str, chapter: str, path: Path | None, folder: Path | None, scratch: Path, limits: Limits,
-          source: str = "", fingerprint: str = "", missing_message: str = "",
+          course: Registry, source: str = "", fingerprint: str = "", missing_message: str = "",
           isolation: Isolation | None = None) -> NotebookRecord:
     """A NotebookRecord for one student and chapter, timed; never raises for anything the notebook does."""
     start = time.monotonic()
     if path is None or folder is None:
-        grades = whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}")
+        grades = whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}", course)
     else:
-        grades = grade_notebook(student, chapter, path, folder, scratch, limits, isolation)
+        grades = grade_notebook(student, chapter, path, folder, scratch, limits, course, isolation)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     how = isolation.describe() if isolation is not None and path is not None else ""
     return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades, when,
