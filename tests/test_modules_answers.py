@@ -1078,3 +1078,10 @@ def test_stated_requirements_fail_a_public_check(name, obj, check):
     grading."""
     failed = {c.name: c.message for c in run_exercise(f"modules.{name}", obj).checks if not c.passed}
     assert check in failed, failed
+
+
+def test_a_count_off_by_a_clean_factor_says_so():
+    """Counting a layer used twice twice gives 2x the answer: the message says 2.00x, as grader.expect does."""
+    failed = {c.name: c.message for c in run_exercise("modules.get_num_parameters", count_with_duplicates).checks
+              if not c.passed}
+    assert "2.00×" in failed["module_used_twice"], failed
