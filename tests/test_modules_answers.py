@@ -145,8 +145,9 @@ class CruncherInitNormal(nn.Module):
         return self.final(h).reshape(-1)
 
 
-def count_vector(model):
-    return nn.utils.parameters_to_vector(model.parameters()).numel()
+def count_unique_set(model):
+    unique = {p for _, p in model.named_parameters(remove_duplicate=False)}  # a Parameter hashes by identity
+    return sum(map(torch.Tensor.numel, unique))
 
 
 def count_by_identity(model):
@@ -213,13 +214,21 @@ def shapes_exit_stack(model, x):
     return shapes
 
 
-class QuadraticBilinear(nn.Module):
+class QuadraticRegistered(nn.Module):
     def __init__(self, in_features, out_features):
         super().__init__()
         self.register_parameter("W", nn.Parameter(torch.randn(out_features, in_features, in_features) / in_features))
 
     def forward(self, x):
-        return F.bilinear(x, x, self.W)
+        return torch.einsum("bi,kij,bj->bk", x, self.W, x)
+
+
+class QuadraticBroadcastMatmul(QuadraticRegistered):
+    """(1, in) @ W_k @ (in, 1) for every row and output, by broadcasting matmul."""
+
+    def forward(self, x):
+        left = x[:, None, None, :] @ self.W                   # (batch, out, 1, in)
+        return (left @ x[:, None, :, None]).reshape(x.shape[0], -1)
 
 
 class QuadraticMatmul(nn.Module):
@@ -247,11 +256,12 @@ CORRECT = [
     ("MySequential", SequentialSetattr), ("MySequential", SequentialReduce), ("MySequential", SequentialNamedChildren),
     ("Concat", ConcatModuleList), ("Concat", ConcatModuleDict), ("Concat", ConcatAddModule),
     ("Cruncher", CruncherMultiDot), ("Cruncher", CruncherInitNormal),
-    ("get_num_parameters", count_vector), ("get_num_parameters", count_by_identity),
+    ("get_num_parameters", count_unique_set), ("get_num_parameters", count_by_identity),
     ("get_num_parameters", count_by_data_ptr),
     ("RunningMean", RunningMeanCopy), ("RunningMean", RunningMeanReassign),
     ("activation_shapes", shapes_global_hook), ("activation_shapes", shapes_exit_stack),
-    ("Quadratic", QuadraticBilinear), ("Quadratic", QuadraticMatmul), ("Quadratic", QuadraticTransposed),
+    ("Quadratic", QuadraticRegistered), ("Quadratic", QuadraticMatmul), ("Quadratic", QuadraticTransposed),
+    ("Quadratic", QuadraticBroadcastMatmul),
 ]
 
 
@@ -830,6 +840,104 @@ class CruncherProductFirst(CruncherMultiDot):
         return (x @ product @ self.final.weight).squeeze(-1)
 
 
+# ---------------------------------------------------------------- shortcuts: a library call that does the whole job
+
+def count_vector(model):
+    return nn.utils.parameters_to_vector(model.parameters()).numel()
+
+
+_p2v = nn.utils.parameters_to_vector  # an alias bound before any check runs
+
+
+def count_vector_alias(model):
+    return _p2v(model.parameters()).numel()
+
+
+def count_flatten(model):
+    return torch._utils._flatten_dense_tensors(list(model.parameters())).numel()
+
+
+def shapes_fx(model, x):
+    """fx's ShapeProp: every node's output shape, no hook (node names turned back into dotted module names)."""
+    from torch.fx.passes.shape_prop import ShapeProp
+    traced = torch.fx.symbolic_trace(model)
+    ShapeProp(traced).propagate(x)
+    return {node.target: tuple(node.meta["tensor_meta"].shape) for node in traced.graph.nodes
+            if node.op == "call_module"}
+
+
+def shapes_export(model, x):
+    exported = torch.export.export(model, (x,))
+    return {node.name: tuple(node.meta["val"].shape) for node in exported.graph.nodes if "val" in node.meta}
+
+
+class QuadraticBilinear(QuadraticRegistered):
+    def forward(self, x):
+        return F.bilinear(x, x, self.W)
+
+
+class QuadraticTorchBilinear(QuadraticRegistered):
+    def forward(self, x):
+        return torch.bilinear(x, x, self.W, None)
+
+
+_bilinear = F.bilinear  # a C function bound before the check: replacing the module attribute does not reach it
+
+
+class QuadraticBilinearAlias(QuadraticRegistered):
+    def forward(self, x):
+        return _bilinear(x, x, self.W)
+
+
+class QuadraticTrilinear(QuadraticRegistered):
+    def forward(self, x):
+        return torch._trilinear(x, self.W, x, [1, 3], [0], [1, 2], [2, 3])
+
+
+SHORTCUTS = [
+    ("get_num_parameters", count_vector, "torch.nn.utils.parameters_to_vector"),
+    ("get_num_parameters", count_vector_alias, "torch.nn.utils.parameters_to_vector"),
+    ("get_num_parameters", count_flatten, "torch._utils._flatten_dense_tensors"),
+    ("activation_shapes", shapes_fx, "torch.fx.Tracer.trace"),
+    ("activation_shapes", shapes_export, "torch.export.export"),
+    ("Quadratic", QuadraticBilinear, "torch.nn.functional.bilinear"),
+    ("Quadratic", QuadraticTorchBilinear, "torch.bilinear"),
+    ("Quadratic", QuadraticBilinearAlias, "torch.nn.functional.bilinear"),
+    ("Quadratic", QuadraticTrilinear, "torch._trilinear"),
+]
+
+
+@pytest.mark.parametrize("name,obj,call", SHORTCUTS, ids=[f"{n}-{o.__name__}" for n, o, _ in SHORTCUTS])
+def test_shortcuts_are_refused_by_name(name, obj, call):
+    """A library call that does the exercise's whole job fails a public check whose message names the call, and
+    the answer scores nothing from the hidden checks either."""
+    public = run_exercise(f"modules.{name}", obj)
+    messages = [c.message for c in public.checks if not c.passed]
+    assert public.status == "failed" and any(f"not call {call}" in m for m in messages), messages
+    hidden = run_exercise(f"modules.{name}", obj, hidden=True)
+    assert hidden.score < hidden.points
+
+
+class CruncherSequentialLayers(nn.Module):
+    """self.layers an nn.Sequential: the same keys and values, but not the container the exercise asks for."""
+
+    def __init__(self, dim, num_layers):
+        super().__init__()
+        self.layers = nn.Sequential(*[Linear(dim, dim) for _ in range(num_layers)])
+        self.final = Linear(dim, 1)
+
+    def forward(self, x):
+        return self.final(self.layers(x)).squeeze(-1)
+
+
+class QuadraticExtraBuffer(QuadraticRegistered):
+    """A scratch buffer besides W (not persistent, so state_dict does not show it)."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        self.register_buffer("eye", torch.eye(in_features), persistent=False)
+
+
 WRONG = [
     ("MySequential", SequentialPlainList), ("MySequential", SequentialNamedLayers),
     ("MySequential", SequentialReversed),
@@ -860,6 +968,7 @@ WRONG = [
     ("Quadratic", QuadraticIndexMixup), ("Quadratic", QuadraticDetachedX), ("Quadratic", QuadraticNoScale),
     ("Quadratic", QuadraticLayoutInOut), ("Quadratic", QuadraticPatchingBackward), ("Quadratic", QuadraticLying),
     ("MySequential", SequentialNoneWhenEmpty), ("Cruncher", CruncherProductFirst),
+    ("Cruncher", CruncherSequentialLayers), ("Quadratic", QuadraticExtraBuffer),
 ]
 
 
@@ -927,7 +1036,7 @@ def test_a_broken_getattr_ends_in_a_clear_error():
 def test_patching_autograd_in_forward_changes_no_verdict():
     """A correct Quadratic whose forward replaces torch's backward and grad still passes (scenarios bound them at
     import), and a wrong one that does the same still fails: the verdict never rests on the patched functions."""
-    class PatchingButRight(QuadraticBilinear):
+    class PatchingButRight(QuadraticRegistered):
         def forward(self, x):
             torch.autograd.grad = lambda outputs, inputs, *a, **k: tuple(torch.zeros_like(i) for i in inputs)
             torch.Tensor.backward = lambda *a, **k: None
@@ -960,9 +1069,19 @@ def test_a_stub_is_not_implemented():
     ("Cruncher", CruncherSameLayer, "each_layer_its_own_weight"),
     ("activation_shapes", shapes_first_call, "shared_and_unused_modules"),
     ("Quadratic", QuadraticNoScale, "initial_scale"),
+    ("Cruncher", CruncherSequentialLayers, "state_dict_keys_and_shapes"),
+    ("Quadratic", QuadraticExtraBuffer, "parameter_W"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) or callable(v) else v)
 def test_stated_requirements_fail_a_public_check(name, obj, check):
     """What the exercise's text asks (no modules, any leading dimensions, 0 layers, fresh weights, a module called
-    twice, W's scale) is checked in the student's notebook, not only at grading."""
+    twice, W's scale, layers an nn.ModuleList, nothing but W) is checked in the student's notebook, not only at
+    grading."""
     failed = {c.name: c.message for c in run_exercise(f"modules.{name}", obj).checks if not c.passed}
     assert check in failed, failed
+
+
+def test_a_count_off_by_a_clean_factor_says_so():
+    """Counting a layer used twice twice gives 2x the answer: the message says 2.00x, as grader.expect does."""
+    failed = {c.name: c.message for c in run_exercise("modules.get_num_parameters", count_with_duplicates).checks
+              if not c.passed}
+    assert "2.00×" in failed["module_used_twice"], failed

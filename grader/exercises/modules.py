@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.fx.passes.shape_prop  # noqa: F401  (so the forbidden ShapeProp can be found)
 
-from grader.expect import describe, expect, expect_equal, expect_tensor, expect_tensor_like, expect_type, fail
+from grader.expect import (describe, expect, expect_equal, expect_tensor, expect_tensor_like, expect_type, factor_hint,
+                           fail)
 from grader.registry import exercise
+from grader.runner import forbidden_message, forbidding
 from grader.scenario import Opaque, run_scenario
 from grader.scenarios import common
 from grader.scenarios import modules as scenarios
@@ -23,16 +26,34 @@ _cat = torch.cat
 _einsum = torch.einsum
 _Tensor = torch.Tensor
 
+# Whole-job shortcuts, refused while the student's code runs. parameters_to_vector (and the flattening helper under
+# it) counts the distinct parameters in one call; fx tracing with ShapeProp, or torch.export, records every node's
+# output shape without a hook; F.bilinear(x, x, W) is the quadratic form itself (aten's _trilinear under it).
+# MySequential, Concat, Cruncher and RunningMean have no library call that does their job and passes the structural
+# checks (an nn.Sequential base or child is refused by name and class); nn.Sequential cannot be forbidden anyway:
+# the hidden checks' own models nest it.
+COUNTING = ("torch.nn.utils.parameters_to_vector", "torch._utils._flatten_dense_tensors")
+TRACING = ("torch.fx.Tracer.trace", "torch.fx.passes.shape_prop.ShapeProp.propagate", "torch.export.export")
+BILINEAR = ("torch.nn.functional.bilinear", "torch.bilinear", "torch._trilinear")
+
 MY_SEQUENTIAL = exercise("modules.MySequential", points=3)
 CONCAT = exercise("modules.Concat", points=2)
 CRUNCHER = exercise("modules.Cruncher", points=3)
-GET_NUM_PARAMETERS = exercise("modules.get_num_parameters", points=2)
+GET_NUM_PARAMETERS = exercise("modules.get_num_parameters", points=2, forbid=COUNTING)
 RUNNING_MEAN = exercise("modules.RunningMean", points=3)
-ACTIVATION_SHAPES = exercise("modules.activation_shapes", points=2)
-QUADRATIC = exercise("modules.Quadratic", points=3)
+ACTIVATION_SHAPES = exercise("modules.activation_shapes", points=2, forbid=TRACING)
+QUADRATIC = exercise("modules.Quadratic", points=3, forbid=BILINEAR)
 
 CONTAINERS = ("torch.nn.modules.container.Sequential", "torch.nn.modules.container.ModuleList",
               "torch.nn.modules.container.ModuleDict")
+
+
+def run_refusing(ex, scenario, *args):
+    """run_scenario with the exercise's forbidden calls refused while it runs. The runner guards a student's
+    function itself, but a class is driven inside the scenario, so its checks put the guard around the scenario
+    (when grading, the kernel refuses them for the whole scenario already)."""
+    with forbidding(ex):
+        return run_scenario(scenario, *args)
 
 
 def names(pairs) -> list[str]:
@@ -240,6 +261,10 @@ def expect_cruncher_structure(got: dict, dim: int, num_layers: int, what: str) -
            "registered submodule)")
     frozen = [n for n, r in got["requires_grad"].items() if not r]
     expect(not frozen, f"{what}: parameters {frozen} do not require grad")
+    layers = got["child_classes"].get("layers")
+    expect(layers in (None, "torch.nn.modules.container.ModuleList"),
+           f"{what}: self.layers is a {layers}; the exercise asks for an nn.ModuleList (it registers the layers and "
+           "has no forward: you write the loop)")
     expect(not got["buffers"], f"{what} has buffers {names(got['buffers'])}; it should hold only the weights")
 
 
@@ -277,7 +302,8 @@ def expect_normal_init(w: torch.Tensor, std: float, what: str, rel: float, shape
     n = w.numel()
     got_std = float(w.std())
     expect(abs(got_std / std - 1) <= rel, f"{what}: standard deviation {got_std:.4g}, expected {std:.4g} "
-                                          f"({rule}); off by {abs(got_std / std - 1):.0%}")
+                                          f"({rule}); off by {abs(got_std / std - 1):.0%}"
+                                          f"{factor_hint(got_std, std)}")
     expect(abs(float(w.mean())) <= 6 * std / math.sqrt(n) + 1e-3 * std,
            f"{what}: mean {float(w.mean()):.3g}, expected about 0")
     if shape_test:
@@ -344,7 +370,7 @@ def expect_count(get_num_parameters, name: str, args: list, expected: int, how: 
     what = f"get_num_parameters({how})"
     expect_type(got["count"], int, what)
     if got["count"] != expected:
-        fail(f"{what} returned {got['count']}, expected {expected}")
+        fail(f"{what} returned {got['count']}, expected {expected}{factor_hint(got['count'], expected)}")
     expect(got["unchanged"], f"{what} changed the model's parameters (their names or requires_grad); only count them")
 
 
@@ -555,6 +581,8 @@ def expect_quadratic_structure(got: dict, in_features: int, out_features: int, w
                                                 f"[('W', {shape})] (self.W = nn.Parameter(...))")
     expect(got["requires_grad"]["W"], f"{what}: W does not require grad")
     expect(list(got["state_dict"]) == ["W"], f"{what}: state_dict keys are {list(got['state_dict'])}, expected ['W']")
+    extra = names(got["buffers"]) + got["children"]
+    expect(not extra, f"{what} registers {extra} besides W; it should hold W and nothing else")
 
 
 def quadratic_reference(W: torch.Tensor, x: torch.Tensor, g: torch.Tensor) -> tuple:
@@ -569,9 +597,12 @@ def quadratic_reference(W: torch.Tensor, x: torch.Tensor, g: torch.Tensor) -> tu
 def expect_quadratic(Quadratic, in_features: int, out_features: int, x: torch.Tensor, seed: int = 0, dtype=None,
                      grads: bool = True) -> dict:
     g = torch.randn(x.shape[0], out_features, dtype=x.dtype)
-    got = run_scenario(scenarios.quadratic_report, Quadratic, in_features, out_features, x, g, seed, dtype)
+    got = run_refusing(QUADRATIC, scenarios.quadratic_report, Quadratic, in_features, out_features, x, g, seed, dtype)
     what = f"Quadratic({in_features}, {out_features})" + (f".to({dtype})" if dtype is not None else "")
     expect_quadratic_structure(got, in_features, out_features, what)
+    # An alias bound before the check (`from torch import bilinear`) escapes the forbidden list; its graph does not.
+    expect("TrilinearBackward0" not in got.get("graph", ()),
+           forbidden_message(QUADRATIC, "torch.nn.functional.bilinear (its graph shows aten's _trilinear)"))
     expect_input_kept(got, f"{what}(x)")
     W = got["parameter_values"]["W"]
     y, dW, dx = quadratic_reference(W, x, g)
@@ -586,7 +617,8 @@ def expect_quadratic(Quadratic, in_features: int, out_features: int, x: torch.Te
 @QUADRATIC.check
 def parameter_W(Quadratic):
     """Quadratic(3, 2) has one parameter, W of shape (2, 3, 3), and nothing else"""
-    got = run_scenario(scenarios.quadratic_report, Quadratic, 3, 2, torch.randn(4, 3), torch.randn(4, 2), 0)
+    got = run_refusing(QUADRATIC, scenarios.quadratic_report, Quadratic, 3, 2, torch.randn(4, 3), torch.randn(4, 2),
+                       0)
     expect_quadratic_structure(got, 3, 2, "Quadratic(3, 2)")
 
 
@@ -605,8 +637,8 @@ def gradients_for_W_and_x(Quadratic):
 
 def expect_quadratic_scale(Quadratic, in_features: int, out_features: int, seed: int) -> None:
     """W is drawn randn(out_features, in_features, in_features) / in_features."""
-    got = run_scenario(scenarios.quadratic_report, Quadratic, in_features, out_features, torch.randn(2, in_features),
-                       torch.randn(2, out_features), seed)
+    got = run_refusing(QUADRATIC, scenarios.quadratic_report, Quadratic, in_features, out_features,
+                       torch.randn(2, in_features), torch.randn(2, out_features), seed)
     what = f"Quadratic({in_features}, {out_features})"
     expect(names(got["parameters"]) == ["W"], f"{what}: parameters are {names(got['parameters'])}, expected ['W']")
     expect_normal_init(got["parameter_values"]["W"], 1 / in_features, f"{what}: W", 0.05,

@@ -65,6 +65,7 @@ def describe(model):
         "buffers": [(name, tuple(b.shape)) for name, b in buffers],
         "state_dict": {k: _plain(v) for k, v in _state_dict(model).items()},
         "children": [name for name, _ in _named_children(model)],
+        "child_classes": {name: f"{type(c).__module__}.{type(c).__qualname__}" for name, c in _named_children(model)},
     }
 
 
@@ -83,13 +84,27 @@ def _unchanged(x, saved):
     return tuple(x.shape) == tuple(saved.shape) and bool(_equal(x.detach(), saved))
 
 
+def _graph_nodes(y):
+    """The class names of the autograd nodes behind y (sorted), which say what library calls built it."""
+    found, seen = set(), set()
+    stack = [getattr(y, "grad_fn", None)] if type(y) in (_Tensor, _Parameter) else []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        found.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in getattr(node, "next_functions", ()))
+    return sorted(found)
+
+
 def _output_and_backward(model, x, g):
     """model(x), then backward of (output * g).sum() when the output is a tensor of g's shape that has a graph.
 
     Also whether the forward left its input as it was (a module must not write into its input)."""
     saved = x.detach().clone()
     y = model(x)
-    report = {"output": _plain(y), "input_unchanged": _unchanged(x, saved)}
+    report = {"output": _plain(y), "input_unchanged": _unchanged(x, saved), "graph": _graph_nodes(y)}
     if type(y) in (_Tensor, _Parameter) and tuple(y.shape) == tuple(g.shape) and y.requires_grad:
         _backward([y], [g.to(y.dtype)])
     del y
