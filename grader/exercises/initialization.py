@@ -143,7 +143,7 @@ def _gains():
 
 @KAIMING_STD.check
 def kaiming_values(kaiming_std):
-    """gain / sqrt(fan_in): relu 2 -> 1.0, linear 100 -> 0.1, tanh 25 -> 1/3, sigmoid 4 -> 0.5 (also as nonlinearity=...)"""
+    """gain / sqrt(fan_in): relu 2 -> 1.0, linear 100 -> 0.1, tanh 25 -> 1/3, sigmoid 4 -> 0.5 (or nonlinearity=...)"""
     for fan_in, nonlinearity, want, keyword in [(2, "relu", 1.0, False), (50, "relu", 0.2, False),
                                                 (100, "linear", 0.1, False), (25, "tanh", 1 / 3, False),
                                                 (4, "sigmoid", 0.5, False), (25, "tanh", 1 / 3, True)]:
@@ -592,7 +592,7 @@ def expect_differ(draws, seeds, i, j):
 
 @SEED_EVERYTHING.check
 def same_seed_same_numbers(seed_everything):
-    """after each seed_everything(seed), torch, numpy and random (and CUDA) give the same numbers again (seeds 0 to 2**32 - 1)"""
+    """after each seed_everything(seed), torch, numpy, random (and CUDA) repeat their numbers (seeds 0 to 2**32 - 1)"""
     seeds = [0, 0, 1234, 1234, 2**32 - 1, 2**32 - 1]
     draws = seed_draws(seed_everything, seeds)
     expect_repeats(draws, seeds, 0, 1)
@@ -604,8 +604,8 @@ def same_seed_same_numbers(seed_everything):
 def returns_nothing(seed_everything):
     """it returns nothing (None)"""
     for seed, record in zip([0, 7], seed_draws(seed_everything, [0, 7])):
-        expect(record["returned"] is None, f"seed_everything({seed}) returned a {record['returned']}; it should seed "
-                                           "the generators and return nothing (None)")
+        expect(record["returned"] is None, f"seed_everything({seed}) returned a value of type {record['returned']}; "
+                                           "it should seed the generators and return nothing (None)")
 
 
 @SEED_EVERYTHING.check
