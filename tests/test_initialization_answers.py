@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from grader import registry
 from grader.runner import run_exercise
 
 
@@ -143,14 +144,42 @@ def seed_and_deterministic(seed):
     torch.use_deterministic_algorithms(True)  # the scenario puts the setting back
 
 
+def xavier_from_fans(fan_in, fan_out, gain=1.0):
+    """The forward and backward variances 1/fan_in and 1/fan_out, averaged as harmonic mean: the same formula."""
+    return gain * math.sqrt(1 / ((fan_in + fan_out) / 2))
+
+
+def kaiming_own_gains(fan_in, nonlinearity="relu"):
+    """Gains written out from the nonlinearities' definitions, leaky_relu's slope 0.01 included."""
+    slope = 0.01
+    gains = {"linear": 1, "sigmoid": 1, "tanh": 5 / 3, "relu": math.sqrt(2), "leaky_relu": math.sqrt(2 / (1 + slope**2))}
+    try:
+        return gains[nonlinearity] / fan_in ** 0.5
+    except KeyError:
+        raise ValueError(f"unsupported nonlinearity {nonlinearity}") from None
+
+
+def mixture_multinomial(weight):
+    """Branches drawn with torch.multinomial; magnitudes with nn.init.uniform_ (building blocks, not the whole job)."""
+    with torch.no_grad():
+        n = weight.numel()
+        # multinomial refuses to draw 0 samples: draw one at least, keep n (an empty weight stays empty)
+        branch = torch.multinomial(torch.tensor([0.25, 0.5, 0.25]), max(n, 1), replacement=True)[:n]
+        branch = branch.reshape(weight.shape)
+        magnitude = nn.init.uniform_(torch.empty(weight.shape, dtype=weight.dtype), 5, 10)
+        sign = (1 - branch).to(weight.dtype)  # branch 0 -> +1, 1 -> 0, 2 -> -1
+        weight.copy_(sign * magnitude)
+    return weight
+
+
 CORRECT = [
     ("default_linear_bound", bound_power), ("default_linear_bound", bound_from_gain),
     ("default_linear_bound", bound_tensor_then_float),
-    ("xavier_std", xavier_power), ("xavier_std", xavier_mean_fan),
-    ("kaiming_std", kaiming_table), ("kaiming_std", kaiming_variance),
+    ("xavier_std", xavier_power), ("xavier_std", xavier_mean_fan), ("xavier_std", xavier_from_fans),
+    ("kaiming_std", kaiming_table), ("kaiming_std", kaiming_variance), ("kaiming_std", kaiming_own_gains),
     ("activation_stds", stds_global_rng), ("activation_stds", stds_numpy),
     ("init_mixture_", mixture_d2l), ("init_mixture_", mixture_index_assignment), ("init_mixture_", mixture_data),
-    ("init_mixture_", mixture_numpy),
+    ("init_mixture_", mixture_numpy), ("init_mixture_", mixture_multinomial),
     ("seed_everything", seed_all_cuda), ("seed_everything", seed_and_deterministic),
 ]
 
@@ -496,5 +525,149 @@ def _stds_ignores_batch(depth, width, init, nonlinearity, batch=1024, seed=0):
 def test_stated_requirements_fail_a_public_check(name, fn, check):
     """What the exercise's text asks (float64, non-contiguous, no reseeding; the batch argument) is checked in the
     student's notebook, not only at grading."""
+    failed = {c.name: c.message for c in run_exercise(f"initialization.{name}", fn).checks if not c.passed}
+    assert check in failed, failed
+
+
+# ---------------------------------------------------------------- shortcuts: a library call that does the whole job
+# Each number the first three exercises ask for is one an nn.init function uses: draw with it from a seeded
+# generator, draw unit values from the same seed, and the ratio is the number, exact in float64.
+
+def _ratio_to_unit(init, shape, unit="normal", **kwargs):
+    w = torch.empty(shape, dtype=torch.float64)
+    init(w, generator=torch.Generator().manual_seed(0), **kwargs)
+    u = torch.empty(shape, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    u.normal_(generator=g) if unit == "normal" else u.uniform_(-1, 1, generator=g)
+    return float(w[0, 0] / u[0, 0])
+
+
+def bound_by_kaiming_uniform(fan_in):
+    return _ratio_to_unit(nn.init.kaiming_uniform_, (1, fan_in), "uniform", a=math.sqrt(5))
+
+
+def bound_by_nn_linear(fan_in):
+    """A float64 nn.Linear made after a seed, against unit uniforms from the same seed."""
+    torch.manual_seed(0)
+    layer = nn.Linear(fan_in, 1, dtype=torch.float64)
+    torch.manual_seed(0)
+    u = torch.empty(1, fan_in, dtype=torch.float64).uniform_(-1, 1)
+    return float(layer.weight.detach()[0, 0] / u[0, 0])
+
+
+def xavier_by_xavier_normal(fan_in, fan_out, gain=1.0):
+    return _ratio_to_unit(nn.init.xavier_normal_, (fan_out, fan_in), gain=gain)
+
+
+def xavier_by_xavier_uniform(fan_in, fan_out, gain=1.0):
+    return _ratio_to_unit(nn.init.xavier_uniform_, (fan_out, fan_in), "uniform", gain=gain) / math.sqrt(3)
+
+
+def kaiming_by_kaiming_normal(fan_in, nonlinearity="relu"):
+    # kaiming_normal_'s own slope for leaky_relu is a=0 (ReLU's gain); the exercise's is calculate_gain's 0.01
+    a = 0.01 if nonlinearity == "leaky_relu" else 0
+    return _ratio_to_unit(nn.init.kaiming_normal_, (1, fan_in), a=a, nonlinearity=nonlinearity)
+
+
+def kaiming_by_kaiming_uniform(fan_in, nonlinearity="relu"):
+    a = 0.01 if nonlinearity == "leaky_relu" else 0
+    return _ratio_to_unit(nn.init.kaiming_uniform_, (1, fan_in), "uniform", a=a,
+                          nonlinearity=nonlinearity) / math.sqrt(3)
+
+
+def mixture_by_mixture_same_family(weight):
+    """The mixture as a distribution: a zero-width Uniform(0, 0) is the point mass at 0 (validation off)."""
+    from torch.distributions import Categorical, MixtureSameFamily, Uniform
+    mix = MixtureSameFamily(Categorical(torch.tensor([0.25, 0.5, 0.25])),
+                            Uniform(torch.tensor([5.0, 0.0, -10.0]), torch.tensor([10.0, 0.0, -5.0]),
+                                    validate_args=False))
+    if weight.numel():  # its Categorical cannot draw 0 samples
+        with torch.no_grad():
+            weight.copy_(mix.sample(weight.shape))
+    return weight
+
+
+SHORTCUTS = [
+    ("default_linear_bound", bound_by_kaiming_uniform, "values", "not call torch.nn.init.kaiming_uniform_"),
+    ("default_linear_bound", bound_by_nn_linear, "values", "not call torch.nn.Linear.reset_parameters"),
+    ("xavier_std", xavier_by_xavier_normal, "xavier_values", "not call torch.nn.init.xavier_normal_"),
+    ("xavier_std", xavier_by_xavier_uniform, "xavier_values", "not call torch.nn.init.xavier_uniform_"),
+    ("kaiming_std", kaiming_by_kaiming_normal, "kaiming_values", "not call torch.nn.init.kaiming_normal_"),
+    ("kaiming_std", kaiming_by_kaiming_uniform, "kaiming_values", "not call torch.nn.init.kaiming_uniform_"),
+    ("init_mixture_", mixture_by_mixture_same_family, "fills_in_place",
+     "not call torch.distributions.MixtureSameFamily"),
+]
+
+
+@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[1].__name__}" for s in SHORTCUTS])
+def test_public_checks_name_the_shortcut(name, fn, check, words):
+    """A whole-job library call fails a public check whose message names it, before any grading."""
+    r = run_exercise(f"initialization.{name}", fn)
+    failed = {c.name: c.message for c in r.checks if not c.passed}
+    assert check in failed and words in failed[check], failed
+
+
+@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[1].__name__}" for s in SHORTCUTS])
+def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, name, fn, check, words):
+    """The forbidden calls really do the whole job (else forbidding them would prove nothing): every public check
+    passes without the forbid list (the hidden ones use sizes up to 2**40 that these float64 draws cannot allocate)."""
+    monkeypatch.setattr(registry.get(f"initialization.{name}"), "forbid", ())
+    r = run_exercise(f"initialization.{name}", fn)
+    assert r.status == "passed", [(c.name, c.message) for c in r.checks if not c.passed]
+
+
+def test_the_forbidden_functions_are_back_after_a_check():
+    """The refusal lasts only while the student's function runs: the notebook's own nn.Linear still works."""
+    run_exercise("initialization.default_linear_bound", bound_by_nn_linear)
+    assert nn.Linear(3, 2).weight.abs().max() <= 1 / math.sqrt(3)
+    assert nn.init.xavier_normal_(torch.empty(4, 4)).isfinite().all()
+
+
+# ---------------------------------------------------------------- requirements the text states, checked publicly
+
+def _xavier_gain_renamed(fan_in, fan_out, g=1.0):
+    return g * math.sqrt(2 / (fan_in + fan_out))
+
+
+def _kaiming_nonlinearity_renamed(fan_in, nl="relu"):
+    return nn.init.calculate_gain(nl) / math.sqrt(fan_in)
+
+
+def _mixture_2d_only(weight):
+    """Works on matrices only: reads two sizes from weight.shape."""
+    rows, cols = weight.shape
+    with torch.no_grad():
+        u = torch.rand(rows, cols)
+        magnitude = torch.empty(rows, cols).uniform_(5, 10)
+        weight.copy_(torch.where(u < 0.25, magnitude, torch.where(u < 0.5, -magnitude, torch.zeros(()))))
+    return weight
+
+
+def _seed_returns_the_seed(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return seed
+
+
+def _seed_numpy_offset(seed):
+    """numpy's seed offset "to decorrelate it from torch's": 2**32 - 1 + 1 is out of numpy's range."""
+    random.seed(seed)
+    np.random.seed(seed + 1)
+    torch.manual_seed(seed)
+
+
+@pytest.mark.parametrize("name,fn,check", [
+    ("xavier_std", _xavier_gain_renamed, "xavier_values"),
+    ("kaiming_std", _kaiming_nonlinearity_renamed, "kaiming_values"),
+    ("activation_stds", _stds(kaiming_gain=math.sqrt(2)), "kaiming_gain_follows_the_nonlinearity"),
+    ("init_mixture_", _mixture_2d_only, "any_shape"),
+    ("seed_everything", _seed_returns_the_seed, "returns_nothing"),
+    ("seed_everything", _seed_numpy_offset, "same_seed_same_numbers"),
+], ids=["xavier-gain-keyword", "kaiming-nonlinearity-keyword", "stds-kaiming-gain", "mixture-any-shape",
+        "seed-returns-nothing", "seed-up-to-2**32-1"])
+def test_more_stated_requirements_fail_a_public_check(name, fn, check):
+    """The keyword arguments of the signature, Kaiming's gain for each nonlinearity, any shape, seeds up to
+    2**32 - 1 and returning nothing are stated in the exercise text: each fails a public check."""
     failed = {c.name: c.message for c in run_exercise(f"initialization.{name}", fn).checks if not c.passed}
     assert check in failed, failed

@@ -23,11 +23,23 @@ _kaiming_normal = torch.nn.init.kaiming_normal_
 _empty = torch.empty
 _Tensor = torch.Tensor
 
-DEFAULT_LINEAR_BOUND = exercise("initialization.default_linear_bound", points=1)
-XAVIER_STD = exercise("initialization.xavier_std", points=1)
-KAIMING_STD = exercise("initialization.kaiming_std", points=2)
+# Whole-job shortcuts, refused while the student's code runs. Each number asked for is one that an nn.init function
+# uses: draw with it from a seeded generator, draw unit values from the same seed, and the ratio is the answer, exact
+# in float64. So the init that uses the number is refused in the exercise that asks for it: kaiming_uniform_ (and
+# nn.Linear's reset_parameters, which calls it) for the default bound, the Xavier and Kaiming inits for their stds;
+# calculate_gain stays allowed (the exercise text offers it). A mixture distribution draws init_mixture_'s values in
+# one call. activation_stds builds on nn.init by design, and seed_everything's one-call versions live in other
+# libraries (Lightning's seed_everything, transformers' set_seed) that the course does not install.
+DEFAULT_LINEAR_BOUND = exercise("initialization.default_linear_bound", points=1,
+                                forbid=("torch.nn.init.kaiming_uniform_", "torch.nn.Linear.reset_parameters"))
+XAVIER_STD = exercise("initialization.xavier_std", points=1,
+                      forbid=("torch.nn.init.xavier_normal_", "torch.nn.init.xavier_uniform_"))
+KAIMING_STD = exercise("initialization.kaiming_std", points=2,
+                       forbid=("torch.nn.init.kaiming_normal_", "torch.nn.init.kaiming_uniform_"))
 ACTIVATION_STDS = exercise("initialization.activation_stds", points=3)
-INIT_MIXTURE = exercise("initialization.init_mixture_", points=3)
+INIT_MIXTURE = exercise("initialization.init_mixture_", points=3,
+                        forbid=("torch.distributions.MixtureSameFamily",
+                                "torch.distributions.mixture_same_family.MixtureSameFamily"))
 SEED_EVERYTHING = exercise("initialization.seed_everything", points=2)
 
 
@@ -44,6 +56,16 @@ def expect_python_float(value, what: str) -> float:
     if not math.isfinite(value):
         fail(f"{what} should be finite, got {value}")
     return float(value)
+
+
+def call_with_keywords(fn, args: tuple, kwargs: dict, what: str, signature: str):
+    """fn(*args, **kwargs), where a TypeError about a keyword points at the signature's parameter names."""
+    try:
+        return fn(*args, **kwargs)
+    except TypeError as e:
+        if "keyword" not in str(e):
+            raise
+        fail(f"{what} raised TypeError: {str(e)[:150]}; keep the parameter names of the signature, {signature}")
 
 
 def expect_close(got: float, want: float, what: str, rel: float = 1e-9) -> None:
@@ -86,10 +108,13 @@ def matches_nn_linear(default_linear_bound):
 
 @XAVIER_STD.check
 def xavier_values(xavier_std):
-    """sqrt(2 / (fan_in + fan_out)) times the gain: (100, 100) -> 0.1, (3, 5) -> 0.5, gain 2 doubles it"""
-    for args, want in [((100, 100), 0.1), ((3, 5), 0.5), ((30, 20), 0.2), ((3, 5, 2.0), 1.0), ((18, 32, 5 / 3), 1 / 3)]:
-        what = f"xavier_std{args}"
-        got = expect_python_float(call(xavier_std, *args, what=what), what)
+    """sqrt(2 / (fan_in + fan_out)) times the gain: (100, 100) -> 0.1, (3, 5) -> 0.5, gain 2 (or gain=2) doubles it"""
+    cases = [((100, 100), {}, 0.1), ((3, 5), {}, 0.5), ((30, 20), {}, 0.2), ((3, 5, 2.0), {}, 1.0),
+             ((3, 5), {"gain": 2.0}, 1.0), ((18, 32, 5 / 3), {}, 1 / 3)]
+    for args, kwargs, want in cases:
+        what = f"xavier_std({args[0]}, {args[1]}, gain={kwargs['gain']})" if kwargs else f"xavier_std{args}"
+        got = expect_python_float(call_with_keywords(xavier_std, args, kwargs, what,
+                                                     "xavier_std(fan_in, fan_out, gain=1.0)"), what)
         if args[:2] == (100, 100) and math.isclose(got, math.sqrt(1 / 200), rel_tol=1e-6):
             fail(f"{what} returned {got:.6g} = sqrt(1 / (fan_in + fan_out)): Xavier's variance is "
                  "2 / (fan_in + fan_out), the mean of 1/fan_in (forward) and 1/fan_out (backward)")
@@ -118,11 +143,17 @@ def _gains():
 
 @KAIMING_STD.check
 def kaiming_values(kaiming_std):
-    """gain / sqrt(fan_in): relu 2 -> 1.0, linear 100 -> 0.1, tanh 25 -> 1/3, sigmoid 4 -> 0.5"""
-    for fan_in, nonlinearity, want in [(2, "relu", 1.0), (50, "relu", 0.2), (100, "linear", 0.1),
-                                       (25, "tanh", 1 / 3), (4, "sigmoid", 0.5)]:
-        what = f"kaiming_std({fan_in}, {nonlinearity!r})"
-        got = expect_python_float(call(kaiming_std, fan_in, nonlinearity, what=what), what)
+    """gain / sqrt(fan_in): relu 2 -> 1.0, linear 100 -> 0.1, tanh 25 -> 1/3, sigmoid 4 -> 0.5 (or nonlinearity=...)"""
+    for fan_in, nonlinearity, want, keyword in [(2, "relu", 1.0, False), (50, "relu", 0.2, False),
+                                                (100, "linear", 0.1, False), (25, "tanh", 1 / 3, False),
+                                                (4, "sigmoid", 0.5, False), (25, "tanh", 1 / 3, True)]:
+        if keyword:
+            what = f"kaiming_std({fan_in}, nonlinearity={nonlinearity!r})"
+            got = expect_python_float(call_with_keywords(kaiming_std, (fan_in,), {"nonlinearity": nonlinearity}, what,
+                                                         "kaiming_std(fan_in, nonlinearity='relu')"), what)
+        else:
+            what = f"kaiming_std({fan_in}, {nonlinearity!r})"
+            got = expect_python_float(call(kaiming_std, fan_in, nonlinearity, what=what), what)
         if nonlinearity in ("relu", "tanh") and math.isclose(got, 1 / math.sqrt(fan_in), rel_tol=1e-6):
             fail(f"{what} returned {got:.6g} = 1/sqrt(fan_in): the gain for {nonlinearity} is missing "
                  f"(nn.init.calculate_gain({nonlinearity!r}) = {_calculate_gain(nonlinearity):.6g})")
@@ -218,6 +249,20 @@ def kaiming_relu_stays(activation_stds):
            f"{KAIMING_RELU_STD:.4f} (the pre-activation has variance 2, its ReLU std sqrt(2) * sqrt(1/2 - 1/(2 pi))); "
            f"measure after the nonlinearity, with Kaiming's gain sqrt(2)")
     expect_growth(values, what, 1.0, RELU_LOG_TOL, "Kaiming's gain sqrt(2) makes up for the half that ReLU removes")
+
+
+@ACTIVATION_STDS.check
+def kaiming_gain_follows_the_nonlinearity(activation_stds):
+    """kaiming keeps linear nets at std 1 and tanh nets near 0.65 (the gain follows the nonlinearity)"""
+    values, what = stds_of(activation_stds, 10, 256, "kaiming", "linear")
+    # linear: per-layer log growth sd 0.0021, layer-1 std sd 0.0034 (300 seeds): 0.05 is 20 and 14 sigma
+    expect_growth(values, what, 1.0, 0.05, "Kaiming's gain for linear is 1: variance fan_in * (1/fan_in) = 1")
+    expect(abs(values[0] - 1) < 0.05, f"{what}[0] = {values[0]:.4g}; it should be about 1 (Kaiming's gain for "
+                                      "'linear' is 1)")
+    values, what = stds_of(activation_stds, 10, 256, "kaiming", "tanh")
+    # tanh with gain 5/3: the std after layer 10 was 0.651 with sd 0.002 (300 seeds): [0.58, 0.72] is 35 sigma
+    expect(0.58 < values[-1] < 0.72, f"{what}: the std after layer 10 is {values[-1]:.4g}; with Kaiming's gain 5/3 "
+                                      "for tanh (nn.init.calculate_gain('tanh')) it settles near 0.65")
 
 
 @ACTIVATION_STDS.check
@@ -464,6 +509,16 @@ def expect_no_reseeding(init_mixture_, shape: tuple[int, ...], seed: int) -> Non
 
 
 @INIT_MIXTURE.check
+def any_shape(init_mixture_):
+    """any shape: 1-D, 3-D and empty tensors are filled in place with the mixture's values"""
+    for shape in [(4000,), (10, 20, 30), (0, 4)]:
+        out, where = mixture_fill(init_mixture_, shape, seed=8)
+        expect_filled_in_place(out[0], where)
+        expect(tuple(out[0]["values"].shape) == shape, f"{where} changed w's shape to {tuple(out[0]['values'].shape)}")
+        expect_mixture_values(out[0]["values"], where)
+
+
+@INIT_MIXTURE.check
 def float64_stays_float64(init_mixture_):
     """a float64 tensor is filled in place and stays float64"""
     expect_float64_mixture(init_mixture_, (400, 250), 5, every_test=False)
@@ -537,11 +592,20 @@ def expect_differ(draws, seeds, i, j):
 
 @SEED_EVERYTHING.check
 def same_seed_same_numbers(seed_everything):
-    """after each seed_everything(seed), torch, numpy and random (and CUDA) give the same numbers again"""
-    seeds = [0, 0, 1234, 1234]
+    """after each seed_everything(seed), torch, numpy, random (and CUDA) repeat their numbers (seeds 0 to 2**32 - 1)"""
+    seeds = [0, 0, 1234, 1234, 2**32 - 1, 2**32 - 1]
     draws = seed_draws(seed_everything, seeds)
     expect_repeats(draws, seeds, 0, 1)
     expect_repeats(draws, seeds, 2, 3)
+    expect_repeats(draws, seeds, 4, 5)
+
+
+@SEED_EVERYTHING.check
+def returns_nothing(seed_everything):
+    """it returns nothing (None)"""
+    for seed, record in zip([0, 7], seed_draws(seed_everything, [0, 7])):
+        expect(record["returned"] is None, f"seed_everything({seed}) returned a value of type {record['returned']}; "
+                                           "it should seed the generators and return nothing (None)")
 
 
 @SEED_EVERYTHING.check

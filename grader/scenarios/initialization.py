@@ -82,15 +82,17 @@ def _draw(n):
 
 def seed_draws(seed_everything, seeds, n=4):
     """For each seed in turn: seed_everything(seed), then n numbers from torch, numpy, random (and CUDA when
-    present). Every generator's state and the deterministic-algorithms setting are restored afterwards."""
+    present), and under "returned" None or the type name of what seed_everything returned. Every generator's
+    state and the deterministic-algorithms setting are restored afterwards."""
     torch_state, np_state, py_state = _get_rng_state(), _np_get_state(), _py_getstate()
     cuda_state = _cuda_get_states() if _cuda_available() else None
     det, warn = _det_enabled(), _det_warn_only()
     try:
         out = []
         for seed in seeds:
-            seed_everything(seed)
+            returned = seed_everything(seed)
             out.append(_draw(n))
+            out[-1]["returned"] = None if returned is None else type(returned).__name__
         return out
     finally:
         _set_rng_state(torch_state)
