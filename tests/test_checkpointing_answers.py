@@ -1063,6 +1063,17 @@ class AdaGradStub(torch.optim.Optimizer):
     def step(self, closure=None):
         raise NotImplementedError
 
+class AdaGradFromTorch(torch.optim.Adagrad):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, lr=lr, eps=eps)
+
+def atomic_by_inductor(obj, path):
+    import io
+    from torch._inductor.codecache import write_atomic
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomic(os.fspath(path), buffer.getvalue())
+
 def stub(*args):
     raise NotImplementedError
 '''
@@ -1126,6 +1137,11 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
         names = ["AdaGradStub"] if name == "adagrad" else ["stub"] * count
         statuses = {r.status for r in grade_in_kernel(kernel_bridge, name, names)}
         assert statuses == {"not_implemented"}, (name, statuses)
+    # shortcuts are refused in the kernel too, by name: a forbidden call inside a scenario, a library rename
+    for name, names, words in [("adagrad", ["AdaGradFromTorch"], "not call torch.optim.Adagrad.step"),
+                               ("atomic_save", ["atomic_by_inductor"], "not call torch._inductor.codecache.write_atomic")]:
+        messages = " | ".join(r.message for r in grade_in_kernel(kernel_bridge, name, names) if not r.passed)
+        assert words in messages, (name, messages)
     kernel_bridge.probe()
     assert not kernel_bridge.tampered, kernel_bridge.tampered
 
