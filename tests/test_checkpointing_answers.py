@@ -854,7 +854,8 @@ WRONG = [
     ("atomic_save", [atomic_in_place]), ("atomic_save", [atomic_no_cleanup]), ("atomic_save", [atomic_in_tmp]),
     ("atomic_save", [atomic_no_fsync]), ("atomic_save", [atomic_swallows]), ("atomic_save", [atomic_wraps]),
     ("atomic_save", [atomic_backup_and_restore]), ("atomic_save", [atomic_copy_over]),
-    ("atomic_save", [atomic_by_torch_helper]), ("atomic_save", [atomic_by_inductor]), ("atomic_save", [atomic_returns_path]),
+    ("atomic_save", [atomic_by_torch_helper]), ("atomic_save", [atomic_by_inductor]),
+    ("atomic_save", [atomic_returns_path]),
     # safe_load
     ("safe_load", [safe_load_unsafe]), ("safe_load", [safe_load_fallback]), ("safe_load", [safe_load_pickle]),
     ("safe_load", [safe_load_silent]), ("safe_load", [safe_load_refuses_all]),

@@ -5,8 +5,8 @@ import torch
 
 from grader.exercises.checkpointing import (ADAGRAD, ATOMIC_SAVE, CHECKPOINTED_FORWARD, DROPOUT_MLP, EVERYTHING,
                                             LOAD_MATCHING, NEW_HEAD, PLAIN_MLP, PRETRAINED, SAFE_LOAD, SAVE_CHECKPOINT,
-                                            _grads, expect_adagrad, expect_adagrad_resume,
-                                            expect_adagrad_state_dict, expect_atomic, expect_in_place, expect_checkpointed,
+                                            _grads, expect_adagrad, expect_adagrad_resume, expect_adagrad_state_dict,
+                                            expect_atomic, expect_checkpointed, expect_in_place,
                                             expect_loads, expect_matching, expect_one_loadable_file,
                                             expect_published_by_rename, expect_refuses, expect_resumed,
                                             optimizer_state_like, payload, run_atomic, run_resume, tanh_blocks,
