@@ -27,12 +27,14 @@ class AdaGradAddcmul(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        loss = torch.enable_grad()(closure)() if closure is not None else None
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
                     g2 = self.state[p].setdefault("g2", torch.zeros_like(p))
                     g2.addcmul_(p.grad, p.grad)
                     p.addcdiv_(p.grad, (g2 + group["eps"]).sqrt(), value=-group["lr"])
+        return loss
 
 
 class AdaGradRsqrt(torch.optim.Optimizer):
@@ -153,17 +155,13 @@ def atomic_buffer_first(obj, path):
     os.replace(tmp, path)
 
 
-def safe_load_plain(path):
-    return torch.load(path, weights_only=True)
+def safe_load_device(path):
+    return torch.load(path, map_location=torch.device("cpu"), weights_only=True)
 
 
 def safe_load_file(path):
     with open(path, "rb") as f:
         return torch.load(f, map_location="cpu", weights_only=True)
-
-
-def safe_load_default(path):
-    return torch.load(path)  # weights_only=True by default since torch 2.6
 
 
 def matching_state_dict(model, state_dict):
@@ -216,7 +214,7 @@ CORRECT = [
     ("save_checkpoint", [save_checkpoint_atomic, load_checkpoint_atomic]),
     ("atomic_save", [atomic_mkstemp]), ("atomic_save", [atomic_suffix]), ("atomic_save", [atomic_named_temporary]),
     ("atomic_save", [atomic_buffer_first]),
-    ("safe_load", [safe_load_plain]), ("safe_load", [safe_load_file]), ("safe_load", [safe_load_default]),
+    ("safe_load", [safe_load_device]), ("safe_load", [safe_load_file]),
     ("load_matching", [matching_state_dict]), ("load_matching", [matching_loop]),
     ("checkpointed_forward", [checkpointed_array_split]), ("checkpointed_forward", [checkpointed_rounded]),
 ]
@@ -341,6 +339,68 @@ class AdaGradOwnDict(torch.optim.Optimizer):
                     g2 = self.sums.setdefault(id(p), torch.zeros_like(p))
                     g2 += p.grad ** 2
                     p -= group["lr"] * p.grad / (g2 + group["eps"]).sqrt()
+
+
+class AdaGradInnerTorch(torch.optim.Optimizer):
+    """torch's Adagrad doing the update: with eps=0 and initial_accumulator_value=eps it is this very formula."""
+
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    state = self.state[p]
+                    if "inner" not in state:
+                        state["inner"] = torch.optim.Adagrad([p], lr=group["lr"], eps=0.0,
+                                                             initial_accumulator_value=group["eps"])
+                    state["inner"].step()
+                    state["g2"] = state["inner"].state[p]["sum"] - group["eps"]
+
+
+class AdaGradFunctional(torch.optim.Optimizer):
+    """torch's functional Adagrad under its public alias."""
+
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        from torch.optim._functional import adagrad
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    state = self.state[p]
+                    state.setdefault("g2", torch.zeros_like(p))
+                    state.setdefault("step", torch.tensor(0.0))
+                    adagrad([p], [p.grad], [state["g2"]], [state["step"]], lr=group["lr"], weight_decay=0.0,
+                            lr_decay=0.0, eps=group["eps"], maximize=False)
+
+
+def _closure_ignored(opt, group, p):
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p))
+    g2 += p.grad ** 2
+    p -= group["lr"] * p.grad / (g2 + group["eps"]).sqrt()
+
+
+class AdaGradClosureNoGrad(torch.optim.Optimizer):
+    """Calls the closure inside step's torch.no_grad(): its backward fails."""
+
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, {"lr": lr, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    g2 = self.state[p].setdefault("g2", torch.zeros_like(p))
+                    g2 += p.grad ** 2
+                    p -= group["lr"] * p.grad / (g2 + group["eps"]).sqrt()
+        return loss
 
 
 # ---------------------------------------------------------------- plausible but wrong: checkpoints
@@ -509,6 +569,35 @@ def atomic_copy_over(obj, path):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def atomic_by_torch_helper(obj, path):
+    """torch's private atomic writer (temporary in the folder, fsync, os.replace): the whole recipe in one call."""
+    from torch._dynamo.aot_compile import atomic_write_binary
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_binary(os.fspath(path), buffer.getvalue())
+
+
+def atomic_by_inductor(obj, path):
+    """Inductor's cache writer: a temporary next to path, renamed onto it."""
+    from torch._inductor.codecache import write_atomic
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomic(os.fspath(path), buffer.getvalue())
+
+
+def atomic_returns_path(obj, path):
+    atomic_mkstemp(obj, path)
+    return path
+
+
+def safe_load_no_map_location(path):
+    return torch.load(path, weights_only=True)  # a file written on a GPU fails on a CPU-only machine
+
+
+def safe_load_default(path):
+    return torch.load(path)  # weights_only=True by default since torch 2.6, but the environment can flip it
 
 
 def safe_load_unsafe(path):
@@ -746,26 +835,31 @@ WRONG = [
     ("adagrad", [_adagrad(_update_before_accumulating)]), ("adagrad", [_adagrad(_changes_grad)]),
     ("adagrad", [_adagrad(_float64_state)]), ("adagrad", [AdaGradFromTorch]), ("adagrad", [AdaGradNoneCrash]),
     ("adagrad", [AdaGradNoNoGrad]), ("adagrad", [AdaGradOwnDict]),
+    ("adagrad", [AdaGradInnerTorch]), ("adagrad", [AdaGradFunctional]), ("adagrad", [_adagrad(_closure_ignored)]),
+    ("adagrad", [AdaGradClosureNoGrad]),
     # save_checkpoint / load_checkpoint
-    ("save_checkpoint", [_saver(rngs=()), _loader]),                       # 12: no RNG state at all
-    ("save_checkpoint", [_saver(rngs=("torch",)), _loader]),               # 13: torch's RNG only
-    ("save_checkpoint", [_saver(rngs=("torch", "numpy")), _loader]),       # 14: forgets random
-    ("save_checkpoint", [_saver(rngs=("numpy", "random")), _loader]),      # 15: forgets torch
-    ("save_checkpoint", [_saver(), _loader_plus_one]),                     # 16: resumes one step late
-    ("save_checkpoint", [_saver(shift=-1), _loader]),                      # 17: saves the iteration before
-    ("save_checkpoint", [_saver(optimizer=False), _loader]),               # 18: no optimizer state
-    ("save_checkpoint", [_saver(raw_numpy=True), _loader]),                # 19: needs weights_only=False
-    ("save_checkpoint", [_saver(iteration_as_tensor=True), _loader]),      # 20: a tensor, not an int
-    ("save_checkpoint", [_saver(), _loader_forgets_model]),                # 21: model not loaded
-    ("save_checkpoint", [_save_rng_beside, _load_rng_beside]),             # 22: a second file
-    ("save_checkpoint", [_saver(raw_numpy=True), _loader_default]),        # 23: numpy array, weights_only load
+    ("save_checkpoint", [_saver(rngs=()), _loader]),                       # 16: no RNG state at all
+    ("save_checkpoint", [_saver(rngs=("torch",)), _loader]),               # 17: torch's RNG only
+    ("save_checkpoint", [_saver(rngs=("torch", "numpy")), _loader]),       # 18: forgets random
+    ("save_checkpoint", [_saver(rngs=("numpy", "random")), _loader]),      # 19: forgets torch
+    ("save_checkpoint", [_saver(), _loader_plus_one]),                     # 20: resumes one step late
+    ("save_checkpoint", [_saver(shift=-1), _loader]),                      # 21: saves the iteration before
+    ("save_checkpoint", [_saver(optimizer=False), _loader]),               # 22: no optimizer state
+    ("save_checkpoint", [_saver(raw_numpy=True), _loader]),                # 23: needs weights_only=False
+    ("save_checkpoint", [_saver(iteration_as_tensor=True), _loader]),      # 24: a tensor, not an int
+    ("save_checkpoint", [_saver(), _loader_forgets_model]),                # 25: model not loaded
+    ("save_checkpoint", [_save_rng_beside, _load_rng_beside]),             # 26: a second file
+    ("save_checkpoint", [_saver(raw_numpy=True), _loader_default]),        # 27: numpy array, weights_only load
     # atomic_save
     ("atomic_save", [atomic_in_place]), ("atomic_save", [atomic_no_cleanup]), ("atomic_save", [atomic_in_tmp]),
     ("atomic_save", [atomic_no_fsync]), ("atomic_save", [atomic_swallows]), ("atomic_save", [atomic_wraps]),
     ("atomic_save", [atomic_backup_and_restore]), ("atomic_save", [atomic_copy_over]),
+    ("atomic_save", [atomic_by_torch_helper]), ("atomic_save", [atomic_by_inductor]),
+    ("atomic_save", [atomic_returns_path]),
     # safe_load
     ("safe_load", [safe_load_unsafe]), ("safe_load", [safe_load_fallback]), ("safe_load", [safe_load_pickle]),
     ("safe_load", [safe_load_silent]), ("safe_load", [safe_load_refuses_all]),
+    ("safe_load", [safe_load_no_map_location]), ("safe_load", [safe_load_default]),
     # load_matching
     ("load_matching", [matching_by_name]), ("load_matching", [matching_strict_false]),
     ("load_matching", [matching_names_by_name]), ("load_matching", [matching_by_numel]),
@@ -802,7 +896,7 @@ def test_public_checks_catch_the_classic_mistakes():
     """eps outside the root, no RNG state, only torch's RNG, an off-by-one resume, no optimizer state, writing in
     place, a temporary left behind or in another folder, weights_only=False and its fallback, a mismatched shape
     copied, strict=False, no checkpointing, the last segment not checkpointed."""
-    classic = [WRONG[0], WRONG[12], WRONG[13], WRONG[14], WRONG[16], WRONG[18], WRONG[19],
+    classic = [WRONG[0], WRONG[16], WRONG[17], WRONG[18], WRONG[20], WRONG[22], WRONG[23],
                ("atomic_save", [atomic_in_place]), ("atomic_save", [atomic_no_cleanup]), ("atomic_save", [atomic_in_tmp]),
                ("safe_load", [safe_load_unsafe]), ("safe_load", [safe_load_fallback]),
                ("load_matching", [matching_by_name]), ("load_matching", [matching_strict_false]),
@@ -829,6 +923,36 @@ def test_messages_name_the_missing_piece():
     assert "eps outside the square root" in messages("adagrad", _adagrad(_eps_outside))
     assert "never fall back" in messages("safe_load", safe_load_fallback)
     assert "not recomputed" in messages("checkpointed_forward", checkpointed_last_plain)
+
+
+# Each whole-job shortcut and each requirement the exercise text states fails a public check, whose message names the
+# library call or the requirement (issue 15).
+REFUSED = [
+    ("adagrad", [AdaGradFromTorch], "not call torch.optim.Adagrad.step"),           # subclassing torch's Adagrad
+    ("adagrad", [AdaGradInnerTorch], "not call torch.optim.Adagrad.step"),          # an inner torch Adagrad
+    ("adagrad", [AdaGradFunctional], "not call torch.optim._functional.adagrad"),   # torch's functional kernel
+    ("atomic_save", [atomic_by_torch_helper], "not call torch._dynamo.aot_compile.atomic_write_binary"),
+    ("atomic_save", [atomic_by_inductor], "not call torch._inductor.codecache.write_atomic"),
+    ("checkpointed_forward", [checkpointed_by_the_library], "not call torch.utils.checkpoint.checkpoint_sequential"),
+]
+REQUIRED = [
+    ("adagrad", [_adagrad(_closure_ignored)], "called the closure 0 times"),        # step(closure) calls it
+    ("adagrad", [AdaGradClosureNoGrad], "torch.enable_grad()"),                     # ...with gradients enabled
+    ("adagrad", [_adagrad(_changes_grad)], "do not modify it"),                     # p.grad left unchanged
+    ("atomic_save", [atomic_returns_path], "return None"),
+    ("safe_load", [safe_load_no_map_location], 'map_location="cpu"'),
+    ("safe_load", [safe_load_default], "pass weights_only=True explicitly"),
+    ("checkpointed_forward", [checkpointed_no_rng], "preserve_rng_state=True"),    # dropout masks redrawn
+    ("load_matching", [matching_parameters_only], "1.running_mean"),                # buffers are copied too
+]
+
+
+@pytest.mark.parametrize("name,objs,words", REFUSED + REQUIRED,
+                         ids=[f"{n}-{getattr(o[0], '__name__', 'fn')}" for n, o, _ in REFUSED + REQUIRED])
+def test_public_checks_name_the_shortcut_or_the_requirement(name, objs, words):
+    r = run_exercise(f"checkpointing.{name}", *objs)
+    messages = " | ".join(c.message for c in r.checks if not c.passed)
+    assert r.status != "passed" and words in messages, messages
 
 
 def test_scenarios_leave_no_files_behind(tmp_path, monkeypatch):
@@ -940,6 +1064,17 @@ class AdaGradStub(torch.optim.Optimizer):
     def step(self, closure=None):
         raise NotImplementedError
 
+class AdaGradFromTorch(torch.optim.Adagrad):
+    def __init__(self, params, lr=1e-2, eps=1e-10):
+        super().__init__(params, lr=lr, eps=eps)
+
+def atomic_by_inductor(obj, path):
+    import io
+    from torch._inductor.codecache import write_atomic
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomic(os.fspath(path), buffer.getvalue())
+
 def stub(*args):
     raise NotImplementedError
 '''
@@ -1003,6 +1138,11 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
         names = ["AdaGradStub"] if name == "adagrad" else ["stub"] * count
         statuses = {r.status for r in grade_in_kernel(kernel_bridge, name, names)}
         assert statuses == {"not_implemented"}, (name, statuses)
+    # shortcuts are refused in the kernel too, by name: a forbidden call inside a scenario, a library rename
+    for name, names, words in [("adagrad", ["AdaGradFromTorch"], "not call torch.optim.Adagrad.step"),
+                               ("atomic_save", ["atomic_by_inductor"], "not call torch._inductor.codecache.write_atomic")]:
+        messages = " | ".join(r.message for r in grade_in_kernel(kernel_bridge, name, names) if not r.passed)
+        assert words in messages, (name, messages)
     kernel_bridge.probe()
     assert not kernel_bridge.tampered, kernel_bridge.tampered
 

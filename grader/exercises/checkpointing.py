@@ -13,6 +13,7 @@ import torch
 
 from grader.expect import describe, expect, expect_tensor, fail
 from grader.registry import exercise
+from grader.runner import forbidden_message, forbidding
 from grader.scenario import run_scenario
 from grader.scenarios import checkpointing as scenarios
 from grader.scenarios import common
@@ -23,7 +24,17 @@ _sqrt = torch.sqrt
 _manual_seed = torch.manual_seed
 _Tensor = torch.Tensor
 
-ADAGRAD = exercise("checkpointing.adagrad", points=3, needs=("AdaGrad",))
+# Whole-job shortcuts, refused while the student's code runs. AdaGrad: torch's own Adagrad, whose step (inherited or
+# called on an inner optimizer) or functional kernels do the update (with eps=0 and initial_accumulator_value=eps it
+# is even this formula). AdaGrad is a class, which the runner passes on unwrapped, so its checks refuse these
+# around the scenario themselves (a grading kernel refuses them there too). atomic_save: torch's private atomic
+# writers (torch._dynamo.aot_compile.atomic_write_binary is the whole recipe) are recognised by who asked for the
+# rename, since importing their modules to refuse them by name would cost seconds; checkpoint_sequential does
+# the whole of checkpointed_forward (but leaves the last segment plain).
+# (torch.optim._functional.adagrad is torch.optim.adagrad.adagrad: refusing its code refuses every alias. Its private
+# helpers cannot be named from `torch`; with eps outside the root, they fail the eps checks.)
+ADAGRAD_SHORTCUTS = ("torch.optim.Adagrad.step", "torch.optim._functional.adagrad", "torch._fused_adagrad_")
+ADAGRAD = exercise("checkpointing.adagrad", points=3, needs=("AdaGrad",), forbid=ADAGRAD_SHORTCUTS)
 SAVE_CHECKPOINT = exercise("checkpointing.save_checkpoint", points=4, needs=("save_checkpoint", "load_checkpoint"))
 ATOMIC_SAVE = exercise("checkpointing.atomic_save", points=3)
 SAFE_LOAD = exercise("checkpointing.safe_load", points=2)
@@ -83,7 +94,8 @@ def _close(a: Any, b: _Tensor, rtol: float, atol: float) -> bool:
 def expect_adagrad(AdaGrad, groups: list[dict], kwargs: dict, grads: list[list], how: str,
                    rtol: float = 1e-5, atol: float = 1e-6) -> dict:
     """Step the student's AdaGrad through `grads`; parameters and state["g2"] must follow the formula."""
-    out = run_scenario(scenarios.adagrad_steps, AdaGrad, groups, kwargs, grads)
+    with forbidding(ADAGRAD):
+        out = run_scenario(scenarios.adagrad_steps, AdaGrad, groups, kwargs, grads)
     expect(out["is_optimizer"], "AdaGrad should subclass torch.optim.Optimizer and call "
                                 "super().__init__(params, defaults)")
     want = adagrad_reference(groups, kwargs, grads)
@@ -114,7 +126,8 @@ def expect_adagrad(AdaGrad, groups: list[dict], kwargs: dict, grads: list[list],
 def expect_adagrad_resume(AdaGrad, groups: list[dict], kwargs: dict, grads: list[list], split: int, how: str,
                           rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Reloading the state_dict into a fresh AdaGrad after `split` steps continues bit for bit."""
-    out = run_scenario(scenarios.adagrad_resume, AdaGrad, groups, kwargs, grads, split)
+    with forbidding(ADAGRAD):
+        out = run_scenario(scenarios.adagrad_resume, AdaGrad, groups, kwargs, grads, split)
     if out["error"]:
         fail(f"AdaGrad with {how}: {out['error']}")
     want = adagrad_reference(groups, kwargs, grads)[-1]
@@ -187,6 +200,51 @@ def state_dict_round_trip(AdaGrad):
     groups = [{"params": [torch.randn(3, 2)]}, {"params": [torch.randn(4)], "lr": 0.3}]
     expect_adagrad_resume(AdaGrad, groups, {"lr": 0.1, "eps": 1e-10}, _grads([(3, 2), (4,)], 4), 2,
                           "two groups (lr=0.1; lr=0.3)")
+
+
+def expect_in_place(AdaGrad, shapes: list[tuple[int, ...]], steps: int) -> None:
+    """The optimizer steps the tensors it was given and leaves their .grad as it was."""
+    groups = [{"params": [torch.randn(s) for s in shapes]}]
+    grads = _grads(shapes, steps)
+    with forbidding(ADAGRAD):
+        out = run_scenario(scenarios.adagrad_steps, AdaGrad, groups, {"lr": 0.1, "eps": 1e-10}, grads)
+    expect(out["same_objects"], "AdaGrad's param_groups no longer hold the parameters it was given: update them "
+                                "in place (p.sub_ under torch.no_grad())")
+    for k, step in enumerate(out["steps"]):
+        for i, g in enumerate(grads[k]):
+            expect(bit_equal(step["grads"][i], g),
+                   f"AdaGrad.step() changed parameter {i}'s .grad at step {k + 1}; read it, do not modify it")
+
+
+@ADAGRAD.check
+def updates_in_place_grad_untouched(AdaGrad):
+    """the very tensors it was given are updated in place, and their .grad is left as it was"""
+    expect_in_place(AdaGrad, [(2, 2), (3,)], 2)
+
+
+@ADAGRAD.check
+def step_with_a_closure(AdaGrad):
+    """step(closure) calls the closure once with gradients enabled and returns its loss; step() returns None"""
+    values = torch.randn(5)
+    kwargs = {"lr": 0.1, "eps": 1e-10}
+    with forbidding(ADAGRAD):
+        out = run_scenario(scenarios.adagrad_closure, AdaGrad, values, kwargs)
+    what = "AdaGrad.step(closure), where the closure backpropagates (p * p).sum() and returns it,"
+    if out["calls"] == [False]:
+        fail(f"{what} called the closure with gradients disabled (step runs under torch.no_grad()), so its backward "
+             "failed: call it inside `with torch.enable_grad():`")
+    if out["error"]:
+        fail(f"{what} raised {out['error']}")
+    expect(len(out["calls"]) == 1, f"{what} called the closure {len(out['calls'])} times; call it once, before the "
+                                   "update, and return what it returns")
+    loss = (values.double() ** 2).sum()
+    expect(isinstance(out["returned"], _Tensor) and bool((out["returned"].double() - loss).abs() <= 1e-5 * loss),
+           f"{what} returned {describe(out['returned'])}; return the closure's loss ({float(loss):.4g})")
+    want = adagrad_reference([{"params": [values]}], kwargs, [[2 * values]])[-1]["params"][0]
+    expect_tensor(out["after"], want.float(), f"{what}: p after the step (the closure's gradient, 2p, applied)",
+                  rtol=1e-5, atol=1e-6)
+    expect(out["plain_returned_type"] == "NoneType",
+           f"AdaGrad.step() without a closure returned a {out['plain_returned_type']}; return None")
 
 
 # ---------------------------------------------------------------- save_checkpoint / load_checkpoint
@@ -299,9 +357,11 @@ def expect_atomic(out: dict, ops: list[tuple[str, dict]], existing: dict | None,
     current = existing
     for k, ((kind, data), op) in enumerate(zip(ops, out["ops"])):
         what = f"{how}, call {k + 1} of atomic_save"
+        expect_own_rename(op)
         if kind == "save":
             if op["raised"]:
                 fail(f"{what} (an ordinary save) raised {op['raised']['text']}")
+            expect(op["returned"] == "NoneType", f"{what} returned a {op['returned']}; return None")
             loaded = (op["loaded"] or {}).get("value")
             expect(_same_payload(loaded, data),
                    f"{what}: afterwards torch.load(path, weights_only=True) gives "
@@ -332,6 +392,15 @@ def expect_atomic(out: dict, ops: list[tuple[str, dict]], existing: dict | None,
                  "the temporary file when the save fails, and write no other file")
 
 
+def expect_own_rename(op: dict) -> None:
+    """No rename was made by a torch function: a library helper that writes files atomically is the whole job."""
+    for event in op["events"]:
+        by = event[3] if event[0] == "rename" and len(event) > 3 else ""
+        if by == "torch" or by.startswith("torch."):
+            fail(forbidden_message(ATOMIC_SAVE, by) + ": write the temporary file, fsync it and os.replace it "
+                 "yourself")
+
+
 def expect_published_by_rename(out: dict, how: str) -> None:
     """Each successful save renamed a temporary file of path's folder onto path, after an fsync."""
     path = os.path.normpath(out["path"])
@@ -343,7 +412,7 @@ def expect_published_by_rename(out: dict, how: str) -> None:
         if not renames:
             fail(f"{what}: no os.replace(temporary, path) was seen: write a temporary file, then os.replace it "
                  "onto path (an atomic rename: readers see the old file or the new one, never half of one)")
-        i, (_, src, _) = renames[-1]
+        i, src = renames[-1][0], renames[-1][1][1]
         if os.path.dirname(os.path.normpath(src)) != os.path.dirname(path):
             fail(f"{what}: the temporary file was {src!r}, outside path's folder: os.replace is atomic only within "
                  "one filesystem (and fails across two), so create the temporary file next to path")
@@ -368,6 +437,14 @@ def crash_keeps_the_old_file(atomic_save):
     ops = [("crash", payload(1, 100)), ("save", payload(2)), ("crash", payload(3))]
     out = run_atomic(atomic_save, ops, existing)
     expect_atomic(out, ops, existing, "a folder holding model.pt")
+
+
+@ATOMIC_SAVE.check
+def a_path_and_no_file_yet(atomic_save):
+    """path given as a pathlib.Path, with no file there yet: the first save creates it, a crash then keeps it"""
+    ops = [("crash", payload(0)), ("save", payload(1)), ("crash", payload(2))]
+    out = run_atomic(atomic_save, ops, None, as_pathlib=True)
+    expect_atomic(out, ops, None, "a pathlib.Path in an empty folder")
 
 
 @ATOMIC_SAVE.check
@@ -409,10 +486,10 @@ def expect_loads(safe_load, payloads: list[tuple[str, Any]], what: list[str]) ->
         expect_same_data(got["value"], data, f"safe_load(path) for {label}")
 
 
-def expect_refuses(safe_load, hostile: list[tuple[str, str]]) -> None:
+def expect_refuses(safe_load, hostile: list[tuple[str, str]], force_default_off: bool = False) -> None:
     """Each hostile file makes safe_load raise without running its code, while an ordinary file still loads."""
     ordinary = torch.randn(4)
-    out = run_scenario(scenarios.safe_load_run, safe_load, ["plain"], [ordinary], hostile)
+    out = run_scenario(scenarios.safe_load_run, safe_load, ["plain"], [ordinary], hostile, force_default_off)
     if out["loaded"][0]["error"]:
         fail(f"safe_load raised {out['loaded'][0]['error']} on an ordinary file holding a tensor: it must load "
              "ordinary files and refuse only the ones that would run code")
@@ -421,6 +498,10 @@ def expect_refuses(safe_load, hostile: list[tuple[str, str]]) -> None:
         where = "whose object" if layout == "top" else "holding a state_dict and an object that"
         call = "os.mkdir(marker)" if how == "mkdir" else "a function that writes a marker file"
         label = f"a file {where} calls {call} when unpickled"
+        if got["ran_code"] and force_default_off:
+            fail(f"with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in the environment (it turns torch.load's default into "
+                 f"weights_only=False), safe_load ran the code hidden in {label}: pass weights_only=True "
+                 "explicitly, so no default and no environment variable can change it")
         if got["ran_code"]:
             fail(f"safe_load ran the code hidden in {label}: the marker exists. Load with "
                  "torch.load(path, weights_only=True), and never fall back to weights_only=False")
@@ -450,6 +531,30 @@ def loads_tensors_and_state_dicts(safe_load):
 def refuses_code(safe_load):
     """a pickle that would run code when loaded makes safe_load raise, and the code never runs"""
     expect_refuses(safe_load, [("top", "mkdir"), ("nested", "mark")])
+
+
+@SAFE_LOAD.check
+def refuses_code_whatever_the_default(safe_load):
+    """with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 set (torch.load's default turned off), the code still never runs"""
+    expect_refuses(safe_load, [("nested", "mark")], force_default_off=True)
+
+
+def expect_loads_on_cpu(safe_load, data: Any, label: str) -> None:
+    """A file whose tensors were saved on a GPU (tagged cuda:0) loads onto the CPU."""
+    out = run_scenario(scenarios.safe_load_run, safe_load, ["gpu"], [data], [])
+    got = out["loaded"][0]
+    what = f"safe_load on a file written on a GPU ({label}, tensors tagged cuda:0)"
+    if got["error"]:
+        fail(f"{what} raised {got['error']}: pass map_location=\"cpu\" so that it loads on any machine")
+    if got["devices"]:
+        fail(f"{what} put tensors on {', '.join(got['devices'])}: pass map_location=\"cpu\"")
+    expect_same_data(got["value"], data, f"{what}")
+
+
+@SAFE_LOAD.check
+def loads_a_gpu_file_onto_the_cpu(safe_load):
+    """a checkpoint saved on a GPU loads onto the CPU, on any machine (map_location="cpu")"""
+    expect_loads_on_cpu(safe_load, {"weight": torch.randn(3, 2), "step": 4}, "a dict with a tensor")
 
 
 # ---------------------------------------------------------------- load_matching
@@ -521,6 +626,20 @@ def missing_and_extra_keys(load_matching):
                                                         "encoder.weight")
 
 
+BATCHNORM_NET = ["Sequential", ["Linear", 3, 5], ["BatchNorm1d", 5], ["ReLU"], ["Linear", 5, 2]]
+
+
+@LOAD_MATCHING.check
+def buffers_and_other_dtypes(load_matching):
+    """BatchNorm's buffers are copied like parameters, and float64 entries are converted to the model's float32"""
+    source = {k: (v.double() if v.is_floating_point() else v) for k, v in trained_state(BATCHNORM_NET, 6).items()}
+    source["1.running_mean"] = torch.randn(5, dtype=torch.float64)
+    source["1.num_batches_tracked"] = torch.tensor(9)
+    source["3.weight"] = torch.randn(5, 2, dtype=torch.float64)  # the transposed shape: not copied
+    expect_matching(load_matching, BATCHNORM_NET, 7, source, "a float64 state_dict into Linear -> BatchNorm1d -> "
+                                                             "ReLU -> Linear (float32), with a transposed head")
+
+
 @LOAD_MATCHING.check
 def same_shapes_everywhere(load_matching):
     """the same architecture: every entry is copied, into the model's own tensors"""
@@ -585,14 +704,17 @@ def expect_checkpointed(checkpointed_forward, specs: list[list], seed: int, segm
         fail(f"{what} returned a tensor that does not require grad: the output must stay connected to the "
              "parameters' graph (use_reentrant=False keeps it so even when x does not require grad)")
     expect_tensor(y, want["y"], f"{what}: the output, against running the blocks in order", rtol=1e-5, atol=1e-6)
+    masks = (" (the blocks have dropout: keep preserve_rng_state=True, so the recomputation draws the forward's "
+             "masks)") if "Dropout" in repr(specs) else ""
     if x_requires_grad:
-        expect_tensor(out["x_grad"], want["x_grad"], f"{what}: the gradient with respect to x", rtol=1e-5, atol=1e-6)
+        expect_tensor(out["x_grad"], want["x_grad"], f"{what}: the gradient with respect to x{masks}", rtol=1e-5,
+                      atol=1e-6)
     for name, grad in want["grads"].items():
         got = out["grads"].get(name)
         if got is None:
             fail(f"{what}: block parameter {name} got no gradient; with use_reentrant=False the parameters get "
                  "gradients even when x does not require grad")
-        expect_tensor(got, grad, f"{what}: the gradient of block parameter {name}", rtol=1e-5, atol=1e-6)
+        expect_tensor(got, grad, f"{what}: the gradient of block parameter {name}{masks}", rtol=1e-5, atol=1e-6)
     n = len(specs)
     if out["forward_calls"] != list(range(n)):
         fail(f"{what}: during the forward the blocks ran in the order {out['forward_calls']}; each should run once, "
@@ -635,6 +757,13 @@ def one_segment_and_one_per_block(checkpointed_forward):
     """segments=1 (one checkpoint around everything) and segments=len(blocks) (one per block)"""
     expect_checkpointed(checkpointed_forward, tanh_blocks(5), 3, 1, "Linear + Tanh")
     expect_checkpointed(checkpointed_forward, tanh_blocks(5), 4, 5, "Linear + Tanh")
+
+
+@CHECKPOINTED_FORWARD.check
+def dropout_draws_the_same_mask(checkpointed_forward):
+    """blocks with dropout: the recomputation draws the forward's masks (preserve_rng_state=True), same gradients"""
+    specs = [["Sequential", ["Linear", 6, 6], ["ReLU"], ["Dropout", 0.5]] for _ in range(4)]
+    expect_checkpointed(checkpointed_forward, specs, 8, 2, "Linear + ReLU + Dropout", batch=8)
 
 
 @CHECKPOINTED_FORWARD.check

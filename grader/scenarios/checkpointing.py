@@ -9,7 +9,12 @@ state as tensors, folder listings as names, file contents as bytes, exceptions a
   uninterrupted and the resumed runs are both made here, one after the other, and compared by the check.
 * How atomic_save published its file is watched, not guessed: a rename shows up as Python's audit event
   "os.rename" (os.replace, os.rename, Path.replace and shutil.move all raise it, however they were imported),
-  and os.fsync / os.fdatasync are wrapped while the call runs (and put back after).
+  with the function that asked for it (past the standard library's file helpers: a torch function there is a
+  library helper doing the whole job), and os.fsync / os.fdatasync are wrapped while the call runs (and put back
+  after).
+* A file "written on a GPU" is a CPU file whose tensors torch.save tagged cuda:0 (a tagger registered with
+  torch.serialization.register_package for the save, removed after): torch.load needs map_location to read it
+  on a CPU-only machine, and puts it on the GPU where there is one.
 * A "crash" in the middle of a save is an object whose pickling looks at the folder, then raises.
 * numpy's and random's global states are put back as they were found; torch's is restored by the caller.
 """
@@ -51,6 +56,15 @@ _mkdir = os.mkdir
 _Path = pathlib.Path
 _fsync, _fdatasync = os.fsync, getattr(os, "fdatasync", None)
 _addaudithook = sys.addaudithook
+_getframe = sys._getframe
+_is_grad_enabled = torch.is_grad_enabled
+_register_package = torch.serialization.register_package
+_package_registry = torch.serialization._package_registry  # the list register_package appends to
+_environ = os.environ
+_FORCE_NO_WEIGHTS_ONLY = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+# Modules whose frames stand between a rename and the code that asked for it (os.replace called through
+# pathlib, shutil or tempfile). pathlib is a package from Python 3.13 on.
+_FILE_HELPERS = ("os", "posixpath", "ntpath", "genericpath", "shutil", "tempfile", "pathlib")
 
 # While atomic_save runs, WATCHING holds one list that receives ("rename", src, dst) and ("fsync",) events.
 # Both are containers mutated in place (the grader notices a scenario module whose names are rebound).
@@ -58,12 +72,27 @@ WATCHING = []
 _HOOKED = []
 
 
+def _renamer():
+    """module.qualname of the function that asked for the rename being audited, past the file helpers."""
+    frame = _getframe(2)  # 0: here, 1: _audit, 2: the caller of os.replace / os.rename (a C function)
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _FILE_HELPERS:
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    code = frame.f_code
+    return f"{frame.f_globals.get('__name__', '?')}.{getattr(code, 'co_qualname', code.co_name)}"
+
+
 def _audit(event, args):
     if WATCHING and event == "os.rename":
         try:
-            WATCHING[-1].append(("rename", _fsdecode(_fspath(args[0])), _fsdecode(_fspath(args[1]))))
+            by = _renamer()
+        except Exception:
+            by = "?"
+        try:
+            WATCHING[-1].append(("rename", _fsdecode(_fspath(args[0])), _fsdecode(_fspath(args[1])), by))
         except Exception:  # a dir_fd-relative or odd argument: recorded as unreadable, never an error here
-            WATCHING[-1].append(("rename", "?", "?"))
+            WATCHING[-1].append(("rename", "?", "?", by))
 
 
 @contextlib.contextmanager
@@ -189,6 +218,37 @@ def adagrad_resume(AdaGrad, groups, kwargs, grads, split):
         _step(resumed, resumed_params, step_grads)
     report = {"error": None, "whole": _snapshot(whole, whole_params), "resumed": _snapshot(resumed, resumed_params)}
     del whole, whole_params, part, part_params, resumed, resumed_params, loaded
+    return report
+
+
+def adagrad_closure(AdaGrad, values, kwargs):
+    """AdaGrad([p], **kwargs).step(closure), where the closure zeroes the gradient, backpropagates (p * p).sum() and
+    returns it; then step() without a closure. Whether the closure ran and with gradients enabled, what each step
+    returned, p after the first step, and what the first step raised."""
+    p = _Parameter(values.detach().clone())
+    opt = AdaGrad([p], **kwargs)
+    calls = []
+
+    def closure():
+        calls.append(bool(_is_grad_enabled()))
+        opt.zero_grad()
+        loss = (p * p).sum()
+        loss.backward()
+        return loss
+
+    returned, error = None, None
+    try:
+        returned = opt.step(closure)
+    except NotImplementedError:  # a stub stays a stub: not an exception to record
+        raise
+    except Exception as e:
+        error = _error(e)
+    after = _clone(p)
+    plain = opt.step() if error is None else None
+    report = {"calls": calls, "error": error, "after": after,
+              "returned": returned.detach() if isinstance(returned, _Tensor) else returned,
+              "returned_type": type(returned).__name__, "plain_returned_type": type(plain).__name__}
+    del opt, p, returned, plain
     return report
 
 
@@ -381,26 +441,70 @@ def _ordered(x, depth=0):
     return x
 
 
-def safe_load_run(safe_load, kinds, payloads, hostile):
+def _tensors(x, depth=0):
+    if isinstance(x, _Tensor):
+        return [x]
+    if depth < 8 and isinstance(x, dict):
+        x = list(x.values())
+    if depth < 8 and type(x) in (list, tuple):
+        return [t for v in x for t in _tensors(v, depth + 1)]
+    return []
+
+
+def _save_tagged_cuda(data, path):
+    """torch.save(data, path) with every tensor's storage tagged cuda:0, as if it had been saved on a GPU."""
+    storages = {t.untyped_storage().data_ptr() for t in _tensors(data)}
+
+    def tagger(storage):
+        try:
+            return "cuda:0" if storage.data_ptr() in storages else None
+        except Exception:
+            return None
+
+    def deserializer(obj, location):
+        return None
+
+    _register_package(-1000, tagger, deserializer)
+    try:
+        _save(data, path)
+    finally:
+        for entry in [e for e in _package_registry if e[1] is tagger]:
+            _package_registry.remove(entry)
+
+
+def _as_received(got):
+    """What safe_load returned, as the grader can receive it; tensors not on the CPU make it a description."""
+    devices = sorted({str(t.device) for t in _tensors(got)} - {"cpu"})
+    if devices:
+        return {"type": type(got).__name__, "value": None, "error": None, "devices": devices}
+    return {"type": type(got).__name__, "value": _plain(got), "error": None, "devices": []}
+
+
+def safe_load_run(safe_load, kinds, payloads, hostile, force_default_off=False):
     """Each payload saved with torch.save (kinds[i] "ordered": its dicts saved as OrderedDicts, like a state_dict;
-    "plain": as it is) and read back by safe_load; then each hostile file, (layout, how): a pickle that runs code
-    when loaded, alone ("top") or inside a checkpoint-like dict ("nested"). For those: what safe_load raised, and
-    whether the code ran (its marker exists). (Kinds and payloads come apart: the grading bridge carries
-    containers 8 levels deep, and an optimizer's state_dict inside a checkpoint already takes 6.)"""
+    "plain": as it is; "gpu": as it is, its tensors tagged cuda:0) and read back by safe_load; then each hostile
+    file, (layout, how): a pickle that runs code when loaded, alone ("top") or inside a checkpoint-like dict
+    ("nested"), read with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in the environment when `force_default_off` (it
+    makes torch.load's default weights_only=False). For those: what safe_load raised, and whether the code ran
+    (its marker exists). (Kinds and payloads come apart: the grading bridge carries containers 8 levels deep,
+    and an optimizer's state_dict inside a checkpoint already takes 6.)"""
     folder = _mkdtemp(prefix="grader-safe-load-")
     try:
         loaded = []
         for i, (kind, data) in enumerate(zip(kinds, payloads)):
             path = _join(folder, f"file{i}.pt")
-            _save(_ordered(data) if kind == "ordered" else data, path)
+            if kind == "gpu":
+                _save_tagged_cuda(data, path)
+            else:
+                _save(_ordered(data) if kind == "ordered" else data, path)
             try:
                 got = safe_load(path)
-                loaded.append({"type": type(got).__name__, "value": _plain(got), "error": None})
+                loaded.append(_as_received(got))
                 del got
             except NotImplementedError:  # a stub stays a stub: not an exception to record
                 raise
             except Exception as e:
-                loaded.append({"type": None, "value": None, "error": _error(e)})
+                loaded.append({"type": None, "value": None, "error": _error(e), "devices": []})
         refused = []
         for i, (layout, how) in enumerate(hostile):
             marker = _join(folder, f"marker{i}")
@@ -409,6 +513,9 @@ def safe_load_run(safe_load, kinds, payloads, hostile):
             path = _join(folder, f"hostile{i}.pt")
             _save(obj, path)
             raised = None
+            forced = _environ.get(_FORCE_NO_WEIGHTS_ONLY)
+            if force_default_off:
+                _environ[_FORCE_NO_WEIGHTS_ONLY] = "1"
             try:
                 got = safe_load(path)
                 del got
@@ -416,6 +523,12 @@ def safe_load_run(safe_load, kinds, payloads, hostile):
                 raise
             except Exception as e:
                 raised = _error(e)
+            finally:
+                if force_default_off:
+                    if forced is None:
+                        _environ.pop(_FORCE_NO_WEIGHTS_ONLY, None)
+                    else:
+                        _environ[_FORCE_NO_WEIGHTS_ONLY] = forced
             refused.append({"raised": raised, "ran_code": _exists(marker)})
         return {"loaded": loaded, "hostile": refused}
     finally:
