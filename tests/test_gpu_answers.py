@@ -688,6 +688,14 @@ def bandwidth_per_millisecond(nbytes, pinned, device):
     return bandwidth_own_timer(nbytes, pinned, device) / 1e3
 
 
+def bandwidth_datasheet(nbytes, pinned, device):
+    """The spec table's memory bandwidth instead of a measured copy."""
+    from grader import specs
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    return float(specs.memory_bandwidth(device) or 1e10)
+
+
 def memory_delta_peak(fn, device):
     if torch.device(device).type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -797,7 +805,7 @@ WRONG = [
     ("transfer_bandwidth", bandwidth_seconds), ("transfer_bandwidth", bandwidth_gbps),
     ("transfer_bandwidth", bandwidth_bits), ("transfer_bandwidth", bandwidth_fixed_buffer),
     ("transfer_bandwidth", bandwidth_always_pins), ("transfer_bandwidth", bandwidth_no_check),
-    ("transfer_bandwidth", bandwidth_per_millisecond),
+    ("transfer_bandwidth", bandwidth_per_millisecond), ("transfer_bandwidth", bandwidth_datasheet),
     # memory_delta
     ("memory_delta", memory_delta_peak), ("memory_delta", memory_delta_absolute),
     ("memory_delta", memory_delta_reserved), ("memory_delta", memory_delta_keeps_result),
@@ -861,6 +869,13 @@ def test_whole_timers_are_refused_by_name(fn, name):
     assert any(f"not call {name}" in m for m in failed.values()), failed
     import torch.utils.benchmark as benchmark
     assert benchmark.Timer(stmt="1 + 1").timeit(3).median > 0
+
+
+def test_the_datasheet_bandwidth_is_refused_by_name():
+    """grader.specs.memory_bandwidth answers from a table, without copying: refused in the first public check."""
+    failed = {c.name: c.message for c in run_exercise("gpu.transfer_bandwidth", bandwidth_datasheet).checks
+              if not c.passed}
+    assert "not call grader.specs.memory_bandwidth" in failed.get("bytes_per_second_on_cpu", ""), failed
 
 
 def test_mapping_mistakes_are_named():

@@ -14,6 +14,7 @@ from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import gpu as scenarios
 from grader import bench  # noqa: F401  (so the forbidden grader.bench.time_fn can be found)
+from grader import specs  # noqa: F401  (so the forbidden grader.specs.memory_bandwidth can be found)
 from grader import wire
 # Imported so the forbidden helpers below can be found (and refused) even when the student imports them later.
 import torch.fx.node  # noqa: F401,E402
@@ -49,7 +50,8 @@ TIMERS = ("grader.bench.time_fn", "grader.bench._time_host", "grader.bench._time
               "timeit", "blocked_autorange", "adaptive_autorange", "autorange"))))
 TO_DEVICE = exercise("gpu.to_device", points=3, forbid=(*PYTREE, *WALKERS))
 TIME_FN = exercise("gpu.time_fn", points=3, forbid=TIMERS)
-TRANSFER_BANDWIDTH = exercise("gpu.transfer_bandwidth", points=2)
+# A datasheet's bandwidth is not a measurement: grader.specs' table would answer without copying a byte.
+TRANSFER_BANDWIDTH = exercise("gpu.transfer_bandwidth", points=2, forbid=("grader.specs.memory_bandwidth",))
 MEMORY_DELTA = exercise("gpu.memory_delta", points=2)
 
 
