@@ -773,6 +773,11 @@ def memory_delta_float(fn, device):
     return float(memory_delta_sync(fn, device))
 
 
+def memory_delta_doubled(fn, device):
+    """Counts every kept byte twice."""
+    return 2 * memory_delta_sync(fn, device)
+
+
 WRONG = [
     # try_gpu: a string, no index, no bounds, off by one; try_all_gpus: empty, a tuple, cpu appended, a generator
     ("try_gpu", lambda i=0: f"cuda:{i}" if i < torch.cuda.device_count() else "cpu"),
@@ -810,7 +815,7 @@ WRONG = [
     ("memory_delta", memory_delta_peak), ("memory_delta", memory_delta_absolute),
     ("memory_delta", memory_delta_reserved), ("memory_delta", memory_delta_keeps_result),
     ("memory_delta", memory_delta_max_no_reset), ("memory_delta", memory_delta_cuda_only),
-    ("memory_delta", memory_delta_total), ("memory_delta", memory_delta_float),
+    ("memory_delta", memory_delta_total), ("memory_delta", memory_delta_float), ("memory_delta", memory_delta_doubled),
 ]
 
 
@@ -876,6 +881,14 @@ def test_the_datasheet_bandwidth_is_refused_by_name():
     failed = {c.name: c.message for c in run_exercise("gpu.transfer_bandwidth", bandwidth_datasheet).checks
               if not c.passed}
     assert "not call grader.specs.memory_bandwidth" in failed.get("bytes_per_second_on_cpu", ""), failed
+
+
+def test_a_clean_factor_is_named():
+    """memory_delta off by a clean factor: the message says so (grader.expect's factor hint)."""
+    failed = {c.name: c.message for c in run_exercise("gpu.memory_delta", memory_delta_doubled).checks
+              if not c.passed}
+    assert "2.00× the expected value" in failed.get("counts_what_fn_keeps", ""), failed
+    assert "2.00× the expected value" in failed.get("cuda_counters", ""), failed
 
 
 def test_mapping_mistakes_are_named():
