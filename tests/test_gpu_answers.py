@@ -3,8 +3,11 @@
 run the same on a CPU-only machine and on a GPU one."""
 from __future__ import annotations
 
+import collections
+import copy
 import statistics
 import time
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -49,8 +52,11 @@ def to_device_match(batch, device, non_blocking=False):
     match batch:
         case torch.Tensor():
             return batch.to(device=device, non_blocking=non_blocking)
-        case dict():
-            return {k: to_device_match(v, device, non_blocking) for k, v in batch.items()}
+        case collections.defaultdict():
+            return type(batch)(batch.default_factory, {k: to_device_match(v, device, non_blocking)
+                                                       for k, v in batch.items()})
+        case Mapping():
+            return type(batch)({k: to_device_match(v, device, non_blocking) for k, v in batch.items()})
         case list():
             return [to_device_match(v, device, non_blocking) for v in batch]
         case tuple() if hasattr(batch, "_fields"):
@@ -69,14 +75,34 @@ def to_device_copy(batch, device, non_blocking=False):
         out = torch.empty_like(batch, device=device)
         out.copy_(batch, non_blocking=non_blocking)
         return out
-    if isinstance(batch, dict):
-        return {k: to_device_copy(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, Mapping):  # a shallow copy keeps the type and a defaultdict's factory
+        out = copy.copy(batch)
+        for k in out:
+            out[k] = to_device_copy(batch[k], device, non_blocking)
+        return out
     if isinstance(batch, (list, tuple)):
         items = [to_device_copy(v, device, non_blocking) for v in batch]
         if isinstance(batch, tuple) and hasattr(batch, "_fields"):
             return type(batch)(*items)
         return type(batch)(items)
     return batch
+
+
+def to_device_stack(batch, device, non_blocking=False):
+    """No recursion: an explicit stack of containers to fill, built bottom-up with their own types."""
+    def build(x):
+        if isinstance(x, torch.Tensor):
+            return x.to(device, non_blocking=non_blocking)
+        if isinstance(x, collections.defaultdict):
+            return collections.defaultdict(x.default_factory, [(k, build(v)) for k, v in x.items()])
+        if isinstance(x, Mapping):
+            return x.__class__([(k, build(v)) for k, v in x.items()])
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return x._replace(**{f: build(getattr(x, f)) for f in x._fields})
+        if isinstance(x, (list, tuple)):
+            return type(x)(list(map(build, x)))
+        return x
+    return build(batch)
 
 
 def time_fn_sync(fn, warmup=3, reps=10):
@@ -227,7 +253,7 @@ def memory_delta_tracker(fn, device):
 CORRECT = [
     ("try_gpu", try_gpu_d2l), ("try_gpu", try_gpu_available),
     ("try_all_gpus", try_all_gpus_loop), ("try_all_gpus", try_all_gpus_via_try_gpu),
-    ("to_device", to_device_match), ("to_device", to_device_copy),
+    ("to_device", to_device_match), ("to_device", to_device_copy), ("to_device", to_device_stack),
     ("time_fn", time_fn_sync), ("time_fn", time_fn_events_each), ("time_fn", time_fn_stream_all),
     ("time_fn", time_fn_accelerator),
     ("transfer_bandwidth", bandwidth_own_timer), ("transfer_bandwidth", bandwidth_bench),
@@ -505,6 +531,110 @@ PYTREE_SHORTCUTS = [(to_device_pytree, "tree_map"), (to_device_pytree_only, "tre
                     (to_device_spec_unflatten, "TreeSpec.unflatten")]
 
 
+def to_device_walkers(batch, device, non_blocking=False):
+    """DDP's own helper applies a function to every tensor of a nested batch."""
+    from torch.distributed.utils import _apply_to_tensors
+    return _apply_to_tensors(lambda x: x.to(device, non_blocking=non_blocking), batch)
+
+
+def to_device_ddp_recursive_to(batch, device, non_blocking=False):
+    from torch.distributed.utils import _recursive_to
+    return _recursive_to(batch, torch.device(device), False)[0]
+
+
+def to_device_fx_map(batch, device, non_blocking=False):
+    import torch.fx.node
+    return torch.fx.node.map_aggregate(batch, lambda x: x.to(device, non_blocking=non_blocking)
+                                       if isinstance(x, torch.Tensor) else x)
+
+
+def to_device_fx_c(batch, device, non_blocking=False):
+    return torch._C._fx_map_aggregate(batch, lambda x: x.to(device, non_blocking=non_blocking)
+                                      if isinstance(x, torch.Tensor) else x)
+
+
+WALKER_SHORTCUTS = [(to_device_walkers, "torch.distributed.utils._apply_to_tensors"),
+                    (to_device_ddp_recursive_to, "torch.distributed.utils._recursive_to"),
+                    (to_device_fx_map, "torch.fx.node.map_aggregate"), (to_device_fx_c, "torch._C._fx_map_aggregate")]
+
+
+def to_device_exact_dict(batch, device, non_blocking=False):
+    """The old rule, `type(batch) is dict`: an OrderedDict, a defaultdict or a UserDict comes back unmoved."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if type(batch) is dict:
+        return {k: to_device_exact_dict(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(to_device_exact_dict(v, device, non_blocking) for v in batch))
+    if type(batch) in (list, tuple):
+        return type(batch)(to_device_exact_dict(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def to_device_plain_dicts(batch, device, non_blocking=False):
+    """Moves inside every Mapping, but hands back a plain dict."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return {k: to_device_plain_dicts(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(to_device_plain_dicts(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device_plain_dicts(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def to_device_mapping_type_call(batch, device, non_blocking=False):
+    """type(x)(items) for every Mapping: a defaultdict reads the items as its default_factory and refuses."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return type(batch)({k: to_device_mapping_type_call(v, device, non_blocking) for k, v in batch.items()})
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(to_device_mapping_type_call(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device_mapping_type_call(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def to_device_drops_factory(batch, device, non_blocking=False):
+    """A defaultdict rebuilt without its default_factory (defaultdict(None, ...))."""
+    if isinstance(batch, collections.defaultdict):
+        return collections.defaultdict(None, {k: to_device_drops_factory(v, device, non_blocking)
+                                              for k, v in batch.items()})
+    if isinstance(batch, Mapping):
+        return type(batch)({k: to_device_drops_factory(v, device, non_blocking) for k, v in batch.items()})
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(to_device_drops_factory(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device_drops_factory(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def time_fn_torch_timer(fn, warmup=3, reps=10):
+    """torch.utils.benchmark.Timer does the warm-up, the synchronization and the median itself."""
+    from torch.utils.benchmark import Timer
+    return Timer(stmt="fn()", globals={"fn": fn}).timeit(reps).median
+
+
+def time_fn_blocked_autorange(fn, warmup=3, reps=10):
+    import torch.utils.benchmark as benchmark
+    return benchmark.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange().median
+
+
+def time_fn_bench_host(fn, warmup=3, reps=10):
+    """The grader's private host timer, under another name."""
+    return bench._time_host(fn, warmup, reps, torch.device("cpu"), 0.0)
+
+
+TIMER_SHORTCUTS = [(time_fn_torch_timer, "torch.utils.benchmark.Timer.timeit"),
+                   (time_fn_blocked_autorange, "torch.utils.benchmark.Timer.blocked_autorange"),
+                   (time_fn_bench_host, "grader.bench._time_host"),
+                   (lambda fn, warmup=3, reps=10: bench.time_fn(fn, warmup=warmup, reps=reps), "grader.bench.time_fn")]
+
+
 def to_device_nothing(batch, device, non_blocking=False):
     return batch
 
@@ -556,6 +686,14 @@ def bandwidth_no_check(nbytes, pinned, device):
 def bandwidth_per_millisecond(nbytes, pinned, device):
     """Bytes per millisecond."""
     return bandwidth_own_timer(nbytes, pinned, device) / 1e3
+
+
+def bandwidth_datasheet(nbytes, pinned, device):
+    """The spec table's memory bandwidth instead of a measured copy."""
+    from grader import specs
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    return float(specs.memory_bandwidth(device) or 1e10)
 
 
 def memory_delta_peak(fn, device):
@@ -635,6 +773,11 @@ def memory_delta_float(fn, device):
     return float(memory_delta_sync(fn, device))
 
 
+def memory_delta_doubled(fn, device):
+    """Counts every kept byte twice."""
+    return 2 * memory_delta_sync(fn, device)
+
+
 WRONG = [
     # try_gpu: a string, no index, no bounds, off by one; try_all_gpus: empty, a tuple, cpu appended, a generator
     ("try_gpu", lambda i=0: f"cuda:{i}" if i < torch.cuda.device_count() else "cpu"),
@@ -655,22 +798,24 @@ WRONG = [
     ("to_device", to_device_always_non_blocking), ("to_device", to_device_always_copies),
     ("to_device", to_device_casts), ("to_device", to_device_converts_numpy), ("to_device", to_device_empty_like),
     ("to_device", to_device_nothing),
-    *[("to_device", fn) for fn, _ in PYTREE_SHORTCUTS],
+    *[("to_device", fn) for fn, _ in PYTREE_SHORTCUTS], *[("to_device", fn) for fn, _ in WALKER_SHORTCUTS],
+    ("to_device", to_device_exact_dict), ("to_device", to_device_plain_dicts),
+    ("to_device", to_device_mapping_type_call), ("to_device", to_device_drops_factory),
     # time_fn
     ("time_fn", time_fn_no_sync), ("time_fn", time_fn_sync_before_only), ("time_fn", time_fn_events_no_wait),
     ("time_fn", time_fn_events_ms), ("time_fn", time_fn_mean), ("time_fn", time_fn_min),
     ("time_fn", time_fn_times_warmup), ("time_fn", time_fn_extra_call), ("time_fn", time_fn_tensor),
-    ("time_fn", lambda fn, warmup=3, reps=10: bench.time_fn(fn, warmup=warmup, reps=reps)),
+    *[("time_fn", fn) for fn, _ in TIMER_SHORTCUTS],
     # transfer_bandwidth
     ("transfer_bandwidth", bandwidth_seconds), ("transfer_bandwidth", bandwidth_gbps),
     ("transfer_bandwidth", bandwidth_bits), ("transfer_bandwidth", bandwidth_fixed_buffer),
     ("transfer_bandwidth", bandwidth_always_pins), ("transfer_bandwidth", bandwidth_no_check),
-    ("transfer_bandwidth", bandwidth_per_millisecond),
+    ("transfer_bandwidth", bandwidth_per_millisecond), ("transfer_bandwidth", bandwidth_datasheet),
     # memory_delta
     ("memory_delta", memory_delta_peak), ("memory_delta", memory_delta_absolute),
     ("memory_delta", memory_delta_reserved), ("memory_delta", memory_delta_keeps_result),
     ("memory_delta", memory_delta_max_no_reset), ("memory_delta", memory_delta_cuda_only),
-    ("memory_delta", memory_delta_total), ("memory_delta", memory_delta_float),
+    ("memory_delta", memory_delta_total), ("memory_delta", memory_delta_float), ("memory_delta", memory_delta_doubled),
 ]
 
 
@@ -694,6 +839,8 @@ def test_public_checks_catch_the_classic_mistakes():
                      ("to_device", to_device_drops_leaves), ("to_device", to_device_lists),
                      ("to_device", to_device_top_level), ("to_device", to_device_in_place),
                      ("to_device", to_device_plain_tuples), ("to_device", to_device_ignores_non_blocking),
+                     ("to_device", to_device_exact_dict), ("to_device", to_device_plain_dicts),
+                     ("to_device", to_device_mapping_type_call), ("to_device", to_device_drops_factory),
                      ("try_gpu", WRONG[0][1]), ("try_all_gpus", WRONG[4][1]),
                      ("transfer_bandwidth", bandwidth_seconds), ("transfer_bandwidth", bandwidth_fixed_buffer),
                      ("transfer_bandwidth", bandwidth_always_pins),
@@ -710,6 +857,46 @@ def test_pytree_shortcuts_are_refused_by_name(fn, name):
     failed = {c.name: c.message for c in run_exercise("gpu.to_device", fn).checks if not c.passed}
     assert f"not call torch.utils._pytree.{name}" in failed.get("moves_nested_tensors", ""), failed
     assert tree_map(lambda x: x + 1, {"a": 1, "b": (2, [3])}) == {"a": 2, "b": (3, [4])}
+
+
+@pytest.mark.parametrize("fn,name", WALKER_SHORTCUTS, ids=[n.rsplit(".", 1)[1] for _, n in WALKER_SHORTCUTS])
+def test_library_walkers_are_refused_by_name(fn, name):
+    """DDP's input movers and torch.fx's map_aggregate walk and rebuild the batch: refused, named, in a public check."""
+    failed = {c.name: c.message for c in run_exercise("gpu.to_device", fn).checks if not c.passed}
+    assert f"not call {name}" in failed.get("moves_nested_tensors", ""), failed
+
+
+@pytest.mark.parametrize("fn,name", TIMER_SHORTCUTS, ids=[n.rsplit(".", 1)[1] for _, n in TIMER_SHORTCUTS])
+def test_whole_timers_are_refused_by_name(fn, name):
+    """A timer that does warm-up, synchronization and the median is the exercise: refused, named, and usable
+    again afterwards."""
+    failed = {c.name: c.message for c in run_exercise("gpu.time_fn", fn).checks if not c.passed}
+    assert any(f"not call {name}" in m for m in failed.values()), failed
+    import torch.utils.benchmark as benchmark
+    assert benchmark.Timer(stmt="1 + 1").timeit(3).median > 0
+
+
+def test_the_datasheet_bandwidth_is_refused_by_name():
+    """grader.specs.memory_bandwidth answers from a table, without copying: refused in the first public check."""
+    failed = {c.name: c.message for c in run_exercise("gpu.transfer_bandwidth", bandwidth_datasheet).checks
+              if not c.passed}
+    assert "not call grader.specs.memory_bandwidth" in failed.get("bytes_per_second_on_cpu", ""), failed
+
+
+def test_a_clean_factor_is_named():
+    """memory_delta off by a clean factor: the message says so (grader.expect's factor hint)."""
+    failed = {c.name: c.message for c in run_exercise("gpu.memory_delta", memory_delta_doubled).checks
+              if not c.passed}
+    assert "2.00× the expected value" in failed.get("counts_what_fn_keeps", ""), failed
+    assert "2.00× the expected value" in failed.get("cuda_counters", ""), failed
+
+
+def test_mapping_mistakes_are_named():
+    """Each Mapping mistake gets the message that says what to keep (the type, the default_factory)."""
+    for fn, words in [(to_device_plain_dicts, "came back as a dict"), (to_device_exact_dict, "is on cpu"),
+                      (to_device_drops_factory, "default_factory"), (to_device_mapping_type_call, "TypeError")]:
+        failed = {c.name: c.message for c in run_exercise("gpu.to_device", fn).checks if not c.passed}
+        assert words in failed.get("keeps_mapping_types", ""), (fn.__name__, failed)
 
 
 def test_a_time_fn_without_synchronize_is_told_why():

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import torch
 
-from grader.expect import describe, expect, expect_raises, fail
+from grader.expect import describe, expect, expect_raises, factor_hint, fail
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import gpu as scenarios
 from grader import bench  # noqa: F401  (so the forbidden grader.bench.time_fn can be found)
-import torch.utils._pytree  # noqa: F401,E402  (so the forbidden pytree helpers can be found)
+from grader import specs  # noqa: F401  (so the forbidden grader.specs.memory_bandwidth can be found)
+from grader import wire
+# Imported so the forbidden helpers below can be found (and refused) even when the student imports them later.
+import torch.fx.node  # noqa: F401,E402
+import torch.utils._pytree  # noqa: F401,E402
+import torch.utils.benchmark  # noqa: F401,E402
+try:  # a build without distributed support has no torch.distributed.utils
+    import torch.distributed.utils  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
 
 _device_count = torch.cuda.device_count  # the real machine's, bound before any student code runs
 
@@ -24,9 +33,25 @@ TRY_ALL_GPUS = exercise("gpu.try_all_gpus", points=1)
 # every one of them ends in, also refuses a spec rebuilt by hand (tree_structure(batch).unflatten(leaves)).
 PYTREE = tuple(f"torch.utils._pytree.{name}" for name in ("tree_map", "tree_map_only", "tree_map_with_path",
                                                            "tree_unflatten", "TreeSpec.unflatten"))
-TO_DEVICE = exercise("gpu.to_device", points=3, forbid=PYTREE)
-TIME_FN = exercise("gpu.time_fn", points=3, forbid=("grader.bench.time_fn",))
-TRANSFER_BANDWIDTH = exercise("gpu.transfer_bandwidth", points=2)
+
+
+def _present(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names that exist in this build of torch (a forbidden name must resolve to be refused)."""
+    return tuple(n for n in names if wire.resolve(n) is not None)
+
+
+# Other library walks that move or map every tensor of a nested batch: DDP's input mover and its helper, and
+# torch.fx's map_aggregate (the Python wrapper and the C function behind it).
+WALKERS = _present(("torch.distributed.utils._recursive_to", "torch.distributed.utils._apply_to_tensors",
+                    "torch.fx.node.map_aggregate", "torch._C._fx_map_aggregate"))
+# Whole timers: warm-up, repetitions, CUDA synchronization and the median in one call.
+TIMERS = ("grader.bench.time_fn", "grader.bench._time_host", "grader.bench._time_cuda",
+          *_present(tuple(f"torch.utils.benchmark.Timer.{m}" for m in (
+              "timeit", "blocked_autorange", "adaptive_autorange", "autorange"))))
+TO_DEVICE = exercise("gpu.to_device", points=3, forbid=(*PYTREE, *WALKERS))
+TIME_FN = exercise("gpu.time_fn", points=3, forbid=TIMERS)
+# A datasheet's bandwidth is not a measurement: grader.specs' table would answer without copying a byte.
+TRANSFER_BANDWIDTH = exercise("gpu.transfer_bandwidth", points=2, forbid=("grader.specs.memory_bandwidth",))
 MEMORY_DELTA = exercise("gpu.memory_delta", points=2)
 
 
@@ -80,10 +105,10 @@ def on_this_machine(try_gpu):
 
 @TRY_GPU.check
 def simulated_machines(try_gpu):
-    """machines with 0, 1 and 4 GPUs (simulated): cuda:i when GPU i exists, else cpu"""
+    """machines with 0, 1 and 4 GPUs (simulated): cuda:i when GPU i exists, else cpu; try_gpu(i=2) by keyword"""
     expect_try_gpu(try_gpu, 0, [None, 0, 1])
     expect_try_gpu(try_gpu, 1, [None, 0, 1])
-    expect_try_gpu(try_gpu, 4, [None, 1, 3, 4])
+    expect_try_gpu(try_gpu, 4, [None, 1, 3, 4, {"i": 2}])
 
 
 @TRY_ALL_GPUS.check
@@ -95,9 +120,13 @@ def all_gpus_or_cpu(try_all_gpus):
 
 # ---------------------------------------------------------------- to_device
 # A batch is described by a nested spec: ["tensor", shape, dtype], ["param", shape], ["watched", shape],
-# ["numpy", shape], ["value", v], ["object"], ["list", [specs]], ["tuple", [specs]], ["dict", [[key, spec], ...]],
-# ["namedtuple", name, [fields], [specs]]. It travels flattened (flat_spec); the checks walk it for what must
+# ["numpy", shape], ["value", v], ["object"], ["list", [specs]], ["tuple", [specs]], ["dict", [[key, spec], ...]]
+# (and the other Mappings: "OrderedDict", "defaultdict" with default_factory list, "UserDict", specs as for
+# "dict"), ["namedtuple", name, [fields], [specs]]. It travels flattened (flat_spec); the checks walk it for what must
 # come back.
+
+
+MAPPINGS = ("dict", "OrderedDict", "defaultdict", "UserDict")  # collections.abc.Mapping kinds a batch may hold
 
 
 def tensor(*shape: int, dtype: str = "float32") -> list:
@@ -115,7 +144,7 @@ def expect_moved(out: dict, spec: list, device, what: str) -> None:
 
 def _kind_name(node: dict) -> str:
     return {"namedtuple": f"the namedtuple {node.get('type')}", "other": f"a {node.get('type')}",
-            "tensor": "a tensor"}.get(node["kind"], f"a {node['kind']}")
+            "tensor": "a tensor"}.get(node["kind"], f"a{'n' if node['kind'][:1] in 'OA' else ''} {node['kind']}")
 
 
 def _expect_node(nodes: dict, spec: list, device: torch.device, path: str, inputs: dict, what: str) -> None:
@@ -159,12 +188,19 @@ def _expect_node(nodes: dict, spec: list, device: torch.device, path: str, input
             _expect_node(nodes, item, device, f"{path}.{field}", inputs, what)
         return
     if node["kind"] != kind:
+        if kind in MAPPINGS and kind != "dict":
+            fail(f"{what}: {path} was a{'n' if kind[0] == 'O' else ''} {kind}, but came back as {_kind_name(node)}: "
+                 "keep the Mapping's own type (copy.copy(x), then assign each key, keeps it; a defaultdict "
+                 "also keeps its default_factory)")
         fail(f"{what}: {path} was a {kind}, but came back as {_kind_name(node)} (keep the container type"
              + ("; a tuple must stay a tuple" if kind == "tuple" else "") + ")")
-    if kind == "dict":
+    if kind in MAPPINGS:
         keys = [k for k, _ in spec[1]]
         if node["keys"] != keys:
             fail(f"{what}: {path} had the keys {keys}, but came back with {node['keys']}")
+        if kind == "defaultdict" and node.get("factory") != "list":
+            fail(f"{what}: {path} was a defaultdict(list), but came back with default_factory "
+                 f"{node.get('factory')}: keep it (copy.copy(x) does)")
         for key, item in spec[1]:
             _expect_node(nodes, item, device, f"{path}[{key!r}]", inputs, what)
         return
@@ -188,7 +224,7 @@ def flat_spec(spec: list) -> list:
         if kind in ("list", "tuple"):
             for i, child in enumerate(s[1]):
                 walk(child, nid, i)
-        elif kind == "dict":
+        elif kind in MAPPINGS:
             for k, child in s[1]:
                 walk(child, nid, k)
         elif kind == "namedtuple":
@@ -208,7 +244,8 @@ def expect_to_device(to_device, spec: list, device, what: str, non_blocking=None
 NESTED = ["dict", [["x", tensor(2, 3)],
                    ["labels", tensor(2, dtype="int64")],
                    ["extra", ["dict", [["mask", tensor(2, 3, dtype="bool")],
-                                       ["pair", ["list", [tensor(4), ["list", [tensor(1, dtype="bfloat16")]]]]]]]]]]
+                                       ["pair", ["list", [tensor(4), ["list", [tensor(1, dtype="bfloat16")]]]]]]]],
+                   ["weight", ["param", [3]]]]]
 MIXED = ["dict", [["x", tensor(2, 2)], ["n", ["value", 3]], ["name", ["value", "batch-7"]], ["weight", ["value", 0.5]],
                   ["missing", ["value", None]], ["flag", ["value", True]], ["image", ["numpy", [2, 3]]],
                   ["tokenizer", ["object"]], ["ids", ["list", [["value", 1], ["value", 2], tensor(2, dtype="int64")]]]]]
@@ -218,7 +255,7 @@ CONTAINERS = ["tuple", [tensor(3), ["list", [tensor(2), ["value", "a"]]],
 
 @TO_DEVICE.check
 def moves_nested_tensors(to_device):
-    """every tensor in nested dicts and lists moves to the device ('meta' here), dtypes and shapes kept"""
+    """every tensor (nn.Parameter too) in nested dicts and lists moves to the device ('meta' here), dtype and shape kept"""
     expect_to_device(to_device, NESTED, "meta", "to_device({'x': ..., 'labels': ..., 'extra': {...}}, 'meta')")
 
 
@@ -233,6 +270,19 @@ def keeps_other_leaves(to_device):
 def keeps_container_types(to_device):
     """a tuple stays a tuple, a list a list, a namedtuple the same namedtuple"""
     expect_to_device(to_device, CONTAINERS, "meta", "to_device((tensor, [tensor, 'a'], (tensor, Pair(...))), 'meta')")
+
+
+MAPPED = ["OrderedDict", [["x", tensor(2)], ["by_name", ["defaultdict", [["a", ["list", [tensor(1)]]],
+                                                                       ["b", ["list", []]]]]],
+                          ["encoding", ["UserDict", [["input_ids", tensor(2, 3, dtype="int64")],
+                                                     ["mask", tensor(2, 3, dtype="bool")]]]], ["n", ["value", 4]]]]
+
+
+@TO_DEVICE.check
+def keeps_mapping_types(to_device):
+    """any Mapping: an OrderedDict, a defaultdict (its default_factory too) and a UserDict keep their types"""
+    expect_to_device(to_device, MAPPED, "meta", "to_device(OrderedDict(x=..., by_name=defaultdict(list, ...), "
+                                                "encoding=UserDict(...)), 'meta')")
 
 
 @TO_DEVICE.check
@@ -315,10 +365,12 @@ def expect_calls(out: dict, want: int, what: str) -> None:
 
 @TIME_FN.check
 def calls_fn_warmup_plus_reps_times(time_fn):
-    """time_fn(fn, warmup=2, reps=5) calls fn exactly 7 times"""
+    """time_fn(fn, warmup=2, reps=5) calls fn exactly 7 times; time_fn(fn), with the defaults 3 and 10, 13 times"""
     out = run_scenario(scenarios.time_calls, time_fn, [1, 1], [1] * 5, 2, 5, "cpu")
     expect_calls(out, 7, "time_fn(fn, warmup=2, reps=5)")
     seconds_of(out["seconds"], "time_fn(fn, warmup=2, reps=5)")
+    out = run_scenario(scenarios.time_calls, time_fn, [1, 1, 1], [1] * 10, None, None, "cpu")
+    expect_calls(out, 13, "time_fn(fn) (warmup=3 and reps=10 by default)")
 
 
 @TIME_FN.check
@@ -368,6 +420,9 @@ def expect_bandwidth(transfer_bandwidth, nbytes: int, pinned: bool, device, what
         fail(f"{what} returned {value:.3g} bytes/s, but a plain copy of {nbytes} bytes here runs at about "
              f"{nbytes / slow:.3g} bytes/s{hint}")
     if value > hi:
+        if 6 < value / (nbytes / fast) < 12:
+            fail(f"{what} returned {value:.3g}, about 8x what a plain copy of {nbytes} bytes here runs at "
+                 f"({nbytes / fast:.3g} bytes/s): bits per second? return bytes per second")
         fail(f"{what} returned {value:.3g} bytes/s, but a plain copy of {nbytes} bytes here runs at about "
              f"{nbytes / fast:.3g} bytes/s: copy nbytes bytes (not fewer), count each byte once, and time "
              "the copy itself")
@@ -382,9 +437,10 @@ def bytes_per_second_on_cpu(transfer_bandwidth):
 
 @TRANSFER_BANDWIDTH.check
 def copies_nbytes(transfer_bandwidth):
-    """the copy has nbytes bytes: 1 MiB and 16 MiB each match a plain copy of their own size"""
+    """the copy has nbytes bytes: 1 MiB and 16 MiB each match a plain copy of their own size; device a torch.device too"""
     expect_bandwidth(transfer_bandwidth, MiB, False, "cpu", "transfer_bandwidth(1 MiB, False, 'cpu')")
-    expect_bandwidth(transfer_bandwidth, 16 * MiB, False, "cpu", "transfer_bandwidth(16 MiB, False, 'cpu')")
+    expect_bandwidth(transfer_bandwidth, 16 * MiB, False, torch.device("cpu"),
+                     "transfer_bandwidth(16 MiB, False, torch.device('cpu'))")
 
 
 @TRANSFER_BANDWIDTH.check
@@ -413,7 +469,8 @@ def delta_of(value, what: str) -> int:
 def expect_delta_cpu(memory_delta, case: str, nbytes: int, want: int, what: str, device="cpu") -> None:
     got = delta_of(run_scenario(scenarios.held_on_cpu, memory_delta, case, nbytes, device)["delta"], what)
     if got != want:
-        fail(f"{what} returned {got} bytes, expected {want}" + _delta_hint(case, got, nbytes))
+        fail(f"{what} returned {got} bytes, expected {want}"
+             + (_delta_hint(case, got, nbytes) or (factor_hint(got, want) if want else "")))
 
 
 def _delta_hint(case: str, got: int, nbytes: int) -> str:
@@ -443,6 +500,8 @@ def expect_delta_gpu(memory_delta, case: str, nbytes: int, want: int, what: str,
         elif got == 0 and case == "keep":
             hint = (" (torch.cuda.memory_reserved counts the allocator's cache, which had room; "
                     "use torch.cuda.memory_allocated)")
+        if not hint and want:
+            hint = factor_hint(got, want)
         fail(f"{what} returned {got} bytes, expected {want}{hint}")
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from grader.exercises.gpu import (MEMORY_DELTA, MiB, TIME_FN, TO_DEVICE, TRANSFER_BANDWIDTH, TRY_ALL_GPUS, TRY_GPU,
+from grader.exercises.gpu import (MAPPINGS, MEMORY_DELTA, MiB, TIME_FN, TO_DEVICE, TRANSFER_BANDWIDTH, TRY_ALL_GPUS, TRY_GPU,
                                   expect_bandwidth, expect_calls, expect_delta_cpu, expect_delta_gpu, expect_median,
                                   expect_non_blocking, expect_to_device, expect_try_all_gpus, expect_try_gpu, tensor)
 from grader.expect import expect_raises
@@ -49,8 +49,9 @@ def random_spec(depth: int) -> list:
     items = [random_spec(depth - 1) for _ in range(n)]
     if r <= 5:
         return ["list", items]
-    if r <= 7:
-        return ["dict", [[f"k{i}" if randint(0, 3) else i, s] for i, s in enumerate(items)]]
+    if r <= 7:  # a plain dict half of the time, else another Mapping
+        kind = "dict" if randint(0, 1) else MAPPINGS[randint(1, len(MAPPINGS) - 1)]
+        return [kind, [[f"k{i}" if randint(0, 3) else i, s] for i, s in enumerate(items)]]
     if r == 8 or n == 0:
         return ["tuple", items]
     return ["namedtuple", f"Record{n}", [f"f{i}" for i in range(n)], items]
@@ -79,6 +80,16 @@ def int_keys_and_key_order(to_device):
     """dict keys of any kind stay, in their order"""
     spec = ["dict", [[3, tensor(1)], ["z", tensor(2)], [1, ["value", "x"]], ["a", ["tuple", [tensor(1)]]]]]
     expect_to_device(to_device, spec, "meta", "to_device({3: ..., 'z': ..., 1: ..., 'a': ...}, 'meta')")
+
+
+@TO_DEVICE.hidden
+def mappings_inside_mappings(to_device):
+    """empty and nested OrderedDicts, defaultdicts and UserDicts, to 'meta' and to the cpu"""
+    spec = ["UserDict", [["od", ["OrderedDict", [[2, tensor(1)], ["dd", ["defaultdict", []]]]]],
+                         ["t", ["tuple", [["defaultdict", [["w", ["list", [tensor(2, dtype="int32")]]]]]]]]]]
+    for device in ("meta", "cpu"):
+        expect_to_device(to_device, spec, device, f"to_device(UserDict(od=OrderedDict(...), t=(defaultdict(...),)), "
+                                                  f"{device!r})")
 
 
 @TO_DEVICE.hidden

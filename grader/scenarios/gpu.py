@@ -20,6 +20,7 @@ The scenarios return plain data only (numbers, strings, tensors on the CPU, cont
 no expected value: the checks in grader/exercises/gpu.py judge it.
 """
 import collections
+import collections.abc
 import time
 
 import numpy as np
@@ -324,7 +325,8 @@ def _build(records):
     """The batch a flat spec describes: records [id, parent id, key, kind, arg] in depth-first order (the
     bridge carries only shallow data, so the nested spec travels flattened). Kinds and their arg:
     "tensor" [shape, dtype], "param" shape, "watched" shape (a tensor noting its moves' non_blocking),
-    "numpy" shape, "value" the value itself, "object" None, "list"/"tuple"/"dict" None,
+    "numpy" shape, "value" the value itself, "object" None, "list"/"tuple"/"dict" None (and the Mappings
+    "OrderedDict", "defaultdict" (default_factory list), "UserDict", None),
     "namedtuple" [name, fields]; a child's key is its index, dict key or position in the namedtuple."""
     children, kinds, classes = {}, {}, {}
     for nid, parent, key, kind, arg in records:
@@ -357,6 +359,12 @@ def _build(records):
             return tuple(v for _, v in kids)
         if kind == "dict":
             return {k: v for k, v in kids}
+        if kind == "OrderedDict":
+            return collections.OrderedDict(kids)
+        if kind == "defaultdict":
+            return collections.defaultdict(list, kids)
+        if kind == "UserDict":
+            return collections.UserDict(kids)
         if kind == "namedtuple":
             name, fields = arg[0], tuple(arg[1])
             if (name, fields) not in classes:
@@ -372,8 +380,8 @@ def _is_namedtuple(x):
 
 
 def _children(x):
-    """(key, child) pairs of a container the exercise knows (dict, list, tuple, namedtuple), else None."""
-    if type(x) is dict:
+    """(key, child) pairs of a container the exercise knows (any Mapping, list, tuple, namedtuple), else None."""
+    if isinstance(x, collections.abc.Mapping):
         return list(x.items())
     if type(x) in (list, tuple) or _is_namedtuple(x):
         return list(enumerate(x))
@@ -448,8 +456,10 @@ def _describe(x, leaves, path, out, depth=0):
             text = "?"
         out[path] = {"kind": "other", "type": type(x).__name__, "input": leaves.get(id(x)), "repr": text}
         return
-    if type(x) is dict:
-        out[path] = {"kind": "dict", "type": "dict", "keys": list(x)}
+    if isinstance(x, collections.abc.Mapping):
+        out[path] = {"kind": type(x).__name__, "type": type(x).__name__, "keys": list(x)}
+        if isinstance(x, collections.defaultdict):
+            out[path]["factory"] = getattr(x.default_factory, "__name__", repr(x.default_factory))
     elif _is_namedtuple(x):
         out[path] = {"kind": "namedtuple", "type": type(x).__name__, "fields": list(type(x)._fields), "len": len(x)}
     else:
