@@ -72,7 +72,8 @@ class Colab:
 
     def run_all(self, nb: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
         """Run every cell of `nb` in a kernel of the stand-in's Python started in `cwd`, as Colab's Run All."""
-        km = KernelManager(kernel_name="colab", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(self.kernels)]))
+        km = KernelManager(kernel_name="colab", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(self.kernels)]),
+                           transport="ipc", ip=str(self.root / "kernel"))  # private sockets, as selfcheck's
         client = NotebookClient(nb, km=km, timeout=300, allow_errors=True, record_timing=False,
                                 resources={"metadata": {"path": str(cwd)}})
         client.execute(env=env_without_repo())
@@ -85,10 +86,11 @@ def colab_env(tmp_path_factory) -> Colab:
 
 
 def test_run_all_in_colab_installs_the_grader_from_the_release_passes_and_keeps_colabs_torch(colab_env, tmp_path):
-    before = json.loads(colab_env.ask(
-        "import importlib.util, json, torch\n"
-        "print(json.dumps({'torch': torch.__file__, 'version': torch.__version__,"
-        " 'grader': importlib.util.find_spec('grader') is not None}))", cwd=tmp_path))
+    before = json.loads(colab_env.ask(  # found, not imported: importing torch costs seconds
+        "import importlib.metadata, importlib.util, json\n"
+        "print(json.dumps({'torch': importlib.util.find_spec('torch').origin,"
+        " 'version': importlib.metadata.version('torch'), 'grader': importlib.util.find_spec('grader') is not None}))",
+        cwd=tmp_path))
     assert not before["grader"]  # Colab has no grader: the set-up cell must bring it
     site_before = sorted(p.name for p in colab_env.site.iterdir())
     content = tmp_path / "content"  # Colab's working folder; the notebook is opened from elsewhere (GitHub)
@@ -120,11 +122,15 @@ def test_run_all_in_colab_installs_the_grader_from_the_release_passes_and_keeps_
     results = ran["results"]
     assert [r["exercise"] for r in results] == [e.id for e in registry.all_exercises("memory")]
     assert all(r["status"] == "passed" for r in results), [(r["exercise"], r["message"]) for r in results]
+    shown = [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code" and c.source.startswith("grader.check(")
+             for o in c.outputs if "data" in o]  # what the student saw under each exercise
+    assert len(shown) == len(results) and all("✓" in s and "✗" not in s for s in shown), shown
     # Nothing installed into Colab's Python but the one .pth that keeps the grader on its path.
     assert sorted(p.name for p in colab_env.site.iterdir()) == sorted(site_before + ["resource-accounting.pth"])
     assert (colab_env.site / "resource-accounting.pth").read_text() == f"{course}\n"
     # ... for good: a new process (after Restart, or one the grader starts) finds it from anywhere.
-    assert Path(colab_env.ask("import grader; print(grader.__file__)", cwd=tmp_path).strip()).parent == course / "grader"
+    found = colab_env.ask("import importlib.util; print(importlib.util.find_spec('grader').origin)", cwd=tmp_path)
+    assert Path(found.strip()) == course / "grader" / "__init__.py"
 
 
 def test_the_cell_takes_a_path_in_the_colab_session_and_a_second_run_downloads_nothing(colab_env, tmp_path):
