@@ -49,7 +49,7 @@ class Colab:
         venv = root / "colab-python"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
         self.python = venv / "bin" / "python"
-        self.site = Path(self.ask("import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+        self.site = Path(self.ask("import site; print(site.getsitepackages()[0])").strip())
         # Colab's pre-installed packages: this test's own, on the path (their .pth files, the repo's editable
         # grader among them, are not processed from there: the grader is not importable).
         mine = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))

@@ -32,7 +32,7 @@ _CELL = '''\
 # Google Colab only (elsewhere this cell does nothing): installs the course's grader and data from its
 # release, {url}, and keeps Colab's own PyTorch.
 def _colab_setup(url: str, top: str, extra: tuple[str, ...]) -> None:
-    import importlib, importlib.util, os, pathlib, shutil, subprocess, sys, sysconfig, tempfile
+    import importlib, importlib.util, os, pathlib, shutil, site, subprocess, sys, tempfile
     import urllib.request, zipfile
 
     here = pathlib.Path.cwd()
@@ -50,7 +50,7 @@ def _colab_setup(url: str, top: str, extra: tuple[str, ...]) -> None:
     if missing:  # never torch: Colab's stays
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=True)
     # On the path for good: after a restart, and in the processes the grader starts.
-    pathlib.Path(sysconfig.get_paths()["purelib"], "resource-accounting.pth").write_text(f"{{course}}\\n")
+    pathlib.Path(site.getsitepackages()[0], "resource-accounting.pth").write_text(f"{{course}}\\n")
     if str(course) not in sys.path:
         sys.path.insert(0, str(course))
     importlib.invalidate_caches()
@@ -117,8 +117,8 @@ def readme_section(course_url: str | None, notebooks: list[str]) -> str:
               "`grader` and `data/` from the course's release, keeps Colab's own PyTorch, and moves into the",
               "release's `notebooks/` folder (outside Colab it does nothing). The release it installs:",
               f"`{course_url.strip()}`." if "://" in course_url else
-              f"`{course_url.strip()}`, a file in the Colab session: upload the zip there first (Files pane →"
-              " Upload; a relative path starts at `/content`).",
+              f"`{course_url.strip()}`, a file in the Colab session: upload the zip there first\n"
+              "(Files pane → Upload; a relative path starts at `/content`).",
               "For a GPU: Runtime → Change runtime type → a GPU (T4 on the free tier); the grader knows the T4,",
               "L4 and A100 peaks, so MFU is measured against them. Save your work: File → Download → .ipynb.",
               ""]
