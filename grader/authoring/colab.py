@@ -5,7 +5,7 @@ is published (https://, file://, or a local path). Each student notebook then st
 nothing outside Colab and, in Colab, downloads that zip, puts its `grader` on Python's path for good (a .pth
 file in site-packages, so the grader's own subprocesses find it too; no pip build, so Colab's torch stays),
 pip-installs only the few small packages Colab may lack, and moves into the release's `notebooks/` folder so
-that `../data/` resolves. Without a URL nothing is added: no cell and no badge pretend to an address.
+that `../data/` resolves. Without a URL no cell is added, and the README's Colab route says there is none.
 
 Colab opens notebooks by address only from GitHub, so "Open in Colab" badges are written when the zip is
 published there: a release asset (`.../releases/download/TAG/x.zip`: the notebooks at `notebooks/` in TAG)
