@@ -3,6 +3,7 @@
 #   make test     set up (once) and run every test
 #   make student  regenerate notebooks/ from solutions/
 #   make release  build dist/student and dist/student.zip: notebooks and grader, without solutions or hidden checks
+#                 (COURSE_URL=where the zip will be published: adds the Colab set-up cell and the README's Colab route)
 #   make gradescope  build dist/autograder.zip, Gradescope's autograder (CHAPTERS=... for one assignment)
 #   make grade    grade SUBMISSIONS (default: the demo cohort) into OUT (default: grades/)
 #   make bench    timer accuracy (and, on a GPU, MFU) report; grading cost and parallel speed-up
@@ -70,8 +71,11 @@ grade: $(STAMP)
 student: $(STAMP)
 	$(PY) -m grader student --solutions solutions --out notebooks
 
+# make release COURSE_URL=https://github.com/ORG/REPO/releases/download/TAG/student.zip (or a file:// URL, a path);
+# Colab badges for a GitHub address, whose repository holds the release folder (dist/student) at TAG.
+COURSE_URL ?=
 release: $(STAMP)
-	$(PY) -m grader release --out dist/student
+	$(PY) -m grader release --out dist/student $(if $(strip $(COURSE_URL)),--course-url "$(COURSE_URL)",)
 
 # make gradescope [CHAPTERS=03_memory,04_flops]: Gradescope's autograder zip for an assignment (default: all chapters)
 gradescope: $(STAMP)

@@ -1,8 +1,10 @@
 """Build the folder a class is handed: student notebooks, the grader without hidden checks or authoring.
 
-`python -m grader release [--out DIR] [--force]` (default DIR: dist/student under the repo root), and a zip of
-it beside the folder (dist/student.zip) whose top folder is always `resource-accounting/`, its files dated
-when the course's last commit was made. The README and Makefile are the students' own, from release/.
+`python -m grader release [--out DIR] [--force] [--course-url URL]` (default DIR: dist/student under the repo
+root), and a zip of it beside the folder (dist/student.zip) whose top folder is always `resource-accounting/`,
+its files dated when the course's last commit was made. The README and Makefile are the students' own, from
+release/. With --course-url (where the zip will be published) every notebook starts with the Colab set-up
+cell, and the README's Colab route says how to open them there (grader.authoring.colab).
 Every notebook and grader file written is scanned for solution markers; a hit deletes the folder and fails.
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from grader.authoring import colab
 from grader.authoring.markers import MarkerError, find_forbidden
 from grader.authoring.student import generate
 
@@ -29,8 +32,9 @@ PRIVATE_PACKAGES = ("hidden", "authoring", "autograde")
 PROTECTED = ("grader", "solutions", "notebooks", "data", "demo", "tests", "docs", ".git", ".ci", ".venv")
 # Written into OUT so that a later build may delete it even outside the repo without --force.
 SENTINEL = ".grader-release"
+README_COLAB = "<!-- colab -->"  # the line of release/README.md that the Colab route replaces
 # The zip's top folder, whatever --out is called: what a student unzips and then finds in their files.
-TOP_FOLDER = "resource-accounting"
+TOP_FOLDER = colab.TOP_FOLDER
 ZIP_EPOCH = 315532800  # 1980-01-01, the earliest date a zip entry can hold
 
 
@@ -78,6 +82,16 @@ def _ignore_private(package: Path):
     return ignore
 
 
+def _write_readme(out: Path, course_url: str | None) -> None:
+    """Put the Colab route (for this course URL, or the lack of one) where release/README.md marks it."""
+    readme = out / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    notebooks = sorted(p.name for p in (out / "notebooks").glob("*.ipynb"))
+    section = colab.readme_section(course_url, notebooks).rstrip("\n")
+    lines = [section if line.strip() == README_COLAB else line for line in text.split("\n")]
+    readme.write_text("\n".join(lines), encoding="utf-8")
+
+
 def _copy_sources(repo: Path, out: Path) -> None:
     missing = [name for name in REQUIRED_FILES if not (repo / name).is_file()]
     if missing:
@@ -105,8 +119,9 @@ def scan(out: Path) -> list[str]:
             for n, line in find_forbidden(path.read_bytes().decode("utf-8", "replace"))]
 
 
-def build_release(repo: Path, out: Path, force: bool = False) -> list[Path]:
-    """Delete and rebuild `out` from `repo`; return the files written, sorted."""
+def build_release(repo: Path, out: Path, force: bool = False, course_url: str | None = None) -> list[Path]:
+    """Delete and rebuild `out` from `repo` (with the Colab set-up cell when `course_url` is given); return the
+    files written, sorted."""
     check_out_dir(repo, out, force)
     if not any((repo / "solutions").glob("*.ipynb")):
         raise ReleaseError(f"no solution notebooks in {repo / 'solutions'}")
@@ -114,8 +129,9 @@ def build_release(repo: Path, out: Path, force: bool = False) -> list[Path]:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     try:
-        generate(repo / "solutions", out / "notebooks")
+        generate(repo / "solutions", out / "notebooks", course_url)
         _copy_sources(repo, out)
+        _write_readme(out, course_url)
         leaks = scan(out)
         if leaks:
             raise MarkerError("solution or hidden-test marker text in the release:\n  " + "\n  ".join(leaks))
@@ -170,12 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default: dist/student under the repo root")
     parser.add_argument("--force", action="store_true",
                         help="replace OUT even if it is a non-empty folder outside the repo")
+    parser.add_argument("--course-url", default=None,
+                        help="where the zip will be published (https://, file:// or a path): every notebook gets "
+                             "the Colab set-up cell, the README its Colab route (badges for a GitHub address, "
+                             "where the release folder is what the repository holds at that tag)")
     args = parser.parse_args(argv)
     try:
         repo = repo_root()
         out = args.out if args.out is not None else repo / "dist" / "student"
         epoch = release_epoch(repo)
-        written = build_release(repo, out, args.force)
+        written = build_release(repo, out, args.force, (args.course_url or "").strip() or None)
         archive = zip_release(out, epoch)
     except (ReleaseError, ValueError, FileNotFoundError) as e:  # MarkerError is a ValueError
         print(f"error: {e}", file=sys.stderr)

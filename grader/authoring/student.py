@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from grader.authoring.colab import setup_cell
 from grader.authoring.markers import MarkerError, find_forbidden, strip_code, strip_markdown
 
 SOLUTION_ONLY_TAG = "solution-only"
@@ -41,20 +42,24 @@ def _is_solution_only(cell: NotebookNode) -> bool:
     return SOLUTION_ONLY_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def student_notebook(nb: NotebookNode, path: Path | str = "<notebook>") -> NotebookNode:
-    """Student copy of a whole notebook; `path` only names it in error messages."""
+def student_notebook(nb: NotebookNode, path: Path | str = "<notebook>",
+                     course_url: str | None = None) -> NotebookNode:
+    """Student copy of a whole notebook; `path` only names it in error messages. With `course_url` (where
+    the release is published) it starts with the Colab set-up cell (grader.authoring.colab)."""
     new = copy.deepcopy(nb)
     new.cells = [student_cell(cell, _where(path, i, cell))
                  for i, cell in enumerate(nb.cells) if not _is_solution_only(cell)]
+    if course_url:
+        new.cells.insert(0, setup_cell(course_url))
     for key in VOLATILE_METADATA:
         new.metadata.pop(key, None)
     return new
 
 
-def render(path: Path) -> str:
+def render(path: Path, course_url: str | None = None) -> str:
     """Exact text of the student notebook for solution notebook `path` (what Jupyter would write)."""
     nb = nbformat.read(path, as_version=4)
-    student = student_notebook(nb, path)
+    student = student_notebook(nb, path, course_url)
     try:
         nbformat.validate(student)
     except nbformat.ValidationError as e:
@@ -70,11 +75,11 @@ def render(path: Path) -> str:
     return text
 
 
-def expected(solutions: Path) -> dict[str, str]:
+def expected(solutions: Path, course_url: str | None = None) -> dict[str, str]:
     """File name -> text for every notebook generation would write from `solutions`."""
     if not solutions.is_dir():
         raise FileNotFoundError(f"no solutions folder at {solutions}")
-    return {p.name: render(p) for p in sorted(solutions.glob("*.ipynb"))}
+    return {p.name: render(p, course_url) for p in sorted(solutions.glob("*.ipynb"))}
 
 
 def _existing(out: Path) -> list[Path]:
@@ -94,9 +99,9 @@ def differences(solutions: Path, out: Path) -> list[str]:
     return sorted(problems, key=lambda line: line.split(": ", 1)[1])
 
 
-def generate(solutions: Path, out: Path) -> list[str]:
+def generate(solutions: Path, out: Path, course_url: str | None = None) -> list[str]:
     """Write every student notebook into `out`, delete stale ones; return one line per file."""
-    want = expected(solutions)  # render everything first: a marker error writes nothing
+    want = expected(solutions, course_url)  # render everything first: a marker error writes nothing
     out.mkdir(parents=True, exist_ok=True)
     report = []
     for stale in _existing(out):
