@@ -16,13 +16,17 @@ from grader.scenarios import ddp as scenarios
 
 # The references, bound before any student code runs.
 _DistributedSampler = DistributedSampler
-_stack, _isclose = torch.stack, torch.isclose
+_stack, _isclose, _tensor_split, _cat, _equal = torch.stack, torch.isclose, torch.tensor_split, torch.cat, torch.equal
 
 RING_ALLREDUCE = exercise("ddp.ring_allreduce", points=3)
 ALLREDUCE_TRAFFIC = exercise("ddp.allreduce_traffic", points=1)
 ZERO_MEMORY = exercise("ddp.zero_memory", points=2)
+# The class's own methods too (first: the names below replace the class they are looked up on): the notebook
+# imports DistributedSampler at its top, and a function using that name holds the class itself.
 SHARD_INDICES = exercise("ddp.shard_indices", points=2,
-                         forbid=("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"))
+                         forbid=("torch.utils.data.distributed.DistributedSampler.__init__",
+                                 "torch.utils.data.distributed.DistributedSampler.__iter__",
+                                 "torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"))
 AVERAGE_GRADIENTS = exercise("ddp.average_gradients", points=2)
 DDP_TRAIN = exercise("ddp.ddp_train", points=3)
 
@@ -64,6 +68,48 @@ def length_not_divisible(ring_allreduce):
     """7 elements over 3 ranks, 2 elements over 5 ranks: chunks of unequal (even empty) size"""
     expect_allreduce(ring_allreduce, [torch.randn(7) for _ in range(3)], "3 ranks of 7 elements")
     expect_allreduce(ring_allreduce, [torch.randn(2) for _ in range(5)], "5 ranks of 2 elements")
+
+
+def ring_order_sum(tensors: list[torch.Tensor], start_at_chunk: bool = True) -> torch.Tensor:
+    """The sum of the inputs with chunk k (of torch.tensor_split's n) added up in the ring's order: it starts at
+    rank k, and each rank that receives it adds its own copy, ((t_k + t_k+1) + t_k+2) + ...; with
+    start_at_chunk=False every chunk is added in rank order from rank 0, as sum(tensors) does."""
+    n = len(tensors)
+    split = [_tensor_split(t.flatten(), n) for t in tensors]
+    out = []
+    for k in range(n):
+        first = k if start_at_chunk else 0
+        acc = split[first][k].clone()
+        for j in range(1, n):
+            acc = split[(first + j) % n][k] + acc
+        out.append(acc)
+    return _cat(out).view(tensors[0].shape)
+
+
+def mixed_magnitudes(n: int, length: int, seed: int) -> list[torch.Tensor]:
+    """float32 values from 1e-4 to 1e7 in size: the order of additions shows in the rounding."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(length, generator=g) * 10.0 ** torch.randint(-4, 8, (length,), generator=g)
+            for _ in range(n)]
+
+
+@RING_ALLREDUCE.check
+def ring_order_of_sums(ring_allreduce):
+    """each chunk is summed in the ring's order (chunk k starts at rank k), exactly, as float32 rounding shows"""
+    for n, length in ((3, 7), (4, 9)):
+        tensors = mixed_magnitudes(n, length, seed=n)
+        want, in_rank_order = ring_order_sum(tensors), ring_order_sum(tensors, start_at_chunk=False)
+        what = f"ring_allreduce({n} ranks of {length} float32 elements of mixed magnitudes)"
+        got = expect_allreduce(ring_allreduce, tensors, f"{n} ranks of {length} float32 elements of mixed magnitudes")
+        for rank, t in enumerate(got):
+            if _equal(t, want):
+                continue
+            if _equal(t, in_rank_order):
+                fail(f"{what}: rank {rank}'s result adds every element in rank order {', '.join(map(str, range(n)))} (as "
+                     "sum(tensors) or torch.stack(tensors).sum(0) do), not in the ring's order: chunk k starts at "
+                     "rank k, and each rank it reaches adds its own copy")
+            expect_tensor(t, want, f"{what}: rank {rank}'s result, summed in the ring's order (chunk k starts at "
+                                   "rank k)", rtol=0, atol=0)
 
 
 @RING_ALLREDUCE.check
