@@ -402,6 +402,10 @@ def ring_flat(tensors):
     return [r.flatten() for r in ring_buffers(tensors)]
 
 
+def ring_float32(tensors):
+    return [r.float() for r in ring_buffers(tensors)]  # float64 in, float32 out
+
+
 def ring_builtin_sum(tensors):
     total = sum(tensors)  # right values, but every chunk added in rank order, not the ring's
     return [total.clone() for _ in tensors]
@@ -529,7 +533,7 @@ def average_no_none_check(model):
 WRONG = [
     ("ring_allreduce", ring_naive), ("ring_allreduce", ring_shared), ("ring_allreduce", ring_divisible_only),
     ("ring_allreduce", ring_reduce_scatter_only), ("ring_allreduce", ring_in_place), ("ring_allreduce", ring_flat),
-    ("ring_allreduce", ring_builtin_sum), ("ring_allreduce", ring_reduce),
+    ("ring_allreduce", ring_builtin_sum), ("ring_allreduce", ring_reduce), ("ring_allreduce", ring_float32),
     ("allreduce_traffic", lambda nbytes, n: (n - 1) / n * nbytes),
     ("allreduce_traffic", lambda nbytes, n: 2.0 * nbytes),
     ("allreduce_traffic", lambda nbytes, n: 2 * (n - 1) * nbytes),
@@ -594,6 +598,24 @@ SHORTCUTS = [  # (exercise, answer, the check that refuses it publicly, the word
 def test_library_shortcuts_fail_a_public_check_naming_them(name, fn, check, words):
     """A call that does the whole job (the library's sampler, however it was bound; a sum that ignores the ring)
     fails a public check, and the message names it."""
+    r = run_exercise(f"ddp.{name}", fn)
+    messages = {c.name: c.message for c in r.checks if not c.passed}
+    assert check in messages and words in messages[check], messages
+
+
+REQUIREMENTS = [  # (exercise, answer breaking one requirement the exercise's text states, public check, words)
+    ("ring_allreduce", ring_in_place, "two_ranks", "changed rank 0's input tensor in place"),   # "do not change"
+    ("ring_allreduce", ring_float32, "several_ranks_any_shape", "expected torch.float64"),      # "the input's dtype"
+    ("ring_allreduce", ring_shared, "two_ranks", "a tensor of its own"),                         # "of its own"
+    ("ring_allreduce", ring_flat, "several_ranks_any_shape", "shape"),                           # "input's shape"
+    ("average_gradients", average_no_none_check, "no_gradient_stays_none", "'NoneType'"),       # "skip None"
+    ("average_gradients", average_parameters, "two_ranks_average", ""),                          # "not the params"
+]
+
+
+@pytest.mark.parametrize("name,fn,check,words", REQUIREMENTS, ids=[f.__name__ for _, f, _, _ in REQUIREMENTS])
+def test_every_stated_requirement_has_a_public_check(name, fn, check, words):
+    """What the exercise's text asks is checked in the student's notebook, not only when grading."""
     r = run_exercise(f"ddp.{name}", fn)
     messages = {c.name: c.message for c in r.checks if not c.passed}
     assert check in messages and words in messages[check], messages

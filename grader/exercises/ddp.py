@@ -37,7 +37,11 @@ def expect_allreduce(ring_allreduce, tensors: list[torch.Tensor], how: str, exac
     """Every output is the elementwise sum of all inputs, a tensor of its own, in the inputs' shape and dtype."""
     want = _stack([t.double() for t in tensors]).sum(0).to(tensors[0].dtype)
     what = f"ring_allreduce({how})"
+    inputs = [t.clone() for t in tensors]
     got = call(ring_allreduce, list(tensors), what=what)
+    for rank, (t, before) in enumerate(zip(tensors, inputs)):
+        expect(_equal(t, before), f"{what} changed rank {rank}'s input tensor in place; the inputs stand for the "
+                                  "ranks' memory before the all-reduce: work on copies")
     expect_type(got, list, what)
     expect(len(got) == len(tensors), f"{what} returned {len(got)} tensors for {len(tensors)} ranks")
     tol = 0.0 if exact else 1e-5
@@ -58,8 +62,10 @@ def two_ranks(ring_allreduce):
 
 @RING_ALLREDUCE.check
 def several_ranks_any_shape(ring_allreduce):
-    """3 and 4 ranks; 2-D tensors keep their shape"""
+    """3 and 4 ranks; 2-D tensors keep their shape, float64 stays float64"""
     expect_allreduce(ring_allreduce, [torch.randn(4, 3) for _ in range(3)], "3 ranks of shape (4, 3)")
+    expect_allreduce(ring_allreduce, [torch.randn(2, 5, dtype=torch.float64) for _ in range(3)],
+                     "3 ranks of float64 (2, 5)")
     expect_allreduce(ring_allreduce, [torch.randn(8) for _ in range(4)], "4 ranks of 8 elements")
 
 
@@ -339,6 +345,12 @@ def two_ranks_average(average_gradients):
 def world_size_from_the_group(average_gradients):
     """the world size comes from the process group (3 ranks here), not a constant"""
     expect_average(average_gradients, 3, seed=2)
+
+
+@AVERAGE_GRADIENTS.check
+def no_gradient_stays_none(average_gradients):
+    """a parameter whose .grad is None (frozen) keeps none; the others are averaged (2 ranks)"""
+    expect_average(average_gradients, 2, seed=5, frozen=True)
 
 
 # ---------------------------------------------------------------- ddp_train
