@@ -621,6 +621,17 @@ def test_every_stated_requirement_has_a_public_check(name, fn, check, words):
     assert check in messages and words in messages[check], messages
 
 
+@pytest.mark.parametrize("answer,words", [
+    (lambda nbytes, n: (n - 1) / n * nbytes, "yours is half of it, one reduce-scatter"),
+    (lambda nbytes, n: 2 * (n - 1) * nbytes, "yours is 2x it, the world size"),  # whole buffers, not 1/n chunks
+    (lambda nbytes, n: 6 * (n - 1) / n * nbytes, "yours is 3.00×"),                # any other clean factor
+])
+def test_allreduce_traffic_off_by_a_factor_says_the_factor(answer, words):
+    r = run_exercise("ddp.allreduce_traffic", answer)
+    message = next(c.message for c in r.checks if not c.passed)
+    assert words in message, message
+
+
 def test_public_checks_catch_the_classic_mistakes():
     """Sum without dividing, no padding, a ring that needs divisible lengths, one buffer for all ranks."""
     for name, fn in [("average_gradients", average_sum_only), ("shard_indices", shard_unpadded),

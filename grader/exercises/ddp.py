@@ -130,7 +130,17 @@ def expect_traffic(allreduce_traffic, nbytes: int, world_size: int, want: float)
     got = allreduce_traffic(nbytes, world_size)
     what = f"allreduce_traffic({nbytes}, {world_size})"
     expect_type(got, (int, float), what)
-    expect(abs(got - want) <= 1e-9 * max(1.0, want), f"{what} returned {got!r}; each rank should send {want:g} bytes")
+    if abs(got - want) <= 1e-9 * max(1.0, want):
+        return
+    ratio = got / want if want else None
+    if ratio is not None and abs(ratio - 0.5) < 1e-9:
+        hint = "; yours is half of it, one reduce-scatter (or one all-gather): an all-reduce is both"
+    elif ratio is not None and world_size > 1 and abs(ratio - world_size) < 1e-9 * world_size:
+        hint = (f"; yours is {world_size}x it, the world size: each of the 2(n - 1) steps sends one 1/n chunk, "
+                "not the whole buffer")
+    else:
+        hint = factor_hint(float(got), float(want))
+    fail(f"{what} returned {got!r}; each rank should send {want:g} bytes{hint}")
 
 
 @ALLREDUCE_TRAFFIC.check
