@@ -7,7 +7,8 @@
 needs and `mp.spawn` does not give: a deadline (a rank that waits for a peer that never comes ends
 the launch with TimeoutError), every child process stopped whatever happens, a second port when the
 first was taken meanwhile, and a child's exception raised in the notebook with its rank. The target
-must live in an importable file (spawned processes cannot import a notebook cell's function).
+must live in an importable file (spawned processes cannot import a notebook cell's function): on sys.path,
+or in the working directory, which each child puts first on its sys.path.
 
 `toy_model`'s models record their training forwards for chapter 10's checks when asked (grader/ddp_record.py).
 """
