@@ -26,7 +26,8 @@ ZERO_MEMORY = exercise("ddp.zero_memory", points=2)
 SHARD_INDICES = exercise("ddp.shard_indices", points=2,
                          forbid=("torch.utils.data.distributed.DistributedSampler.__init__",
                                  "torch.utils.data.distributed.DistributedSampler.__iter__",
-                                 "torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"))
+                                 "torch.utils.data.DistributedSampler",
+                                 "torch.utils.data.distributed.DistributedSampler"))
 AVERAGE_GRADIENTS = exercise("ddp.average_gradients", points=2)
 DDP_TRAIN = exercise("ddp.ddp_train", points=3)
 
@@ -111,7 +112,8 @@ def ring_order_of_sums(ring_allreduce):
             if _equal(t, want):
                 continue
             if _equal(t, in_rank_order):
-                fail(f"{what}: rank {rank}'s result adds every element in rank order {', '.join(map(str, range(n)))} (as "
+                order = ", ".join(map(str, range(n)))
+                fail(f"{what}: rank {rank}'s result adds every element in rank order {order} (as "
                      "sum(tensors) or torch.stack(tensors).sum(0) do), not in the ring's order: chunk k starts at "
                      "rank k, and each rank it reaches adds its own copy")
             expect_tensor(t, want, f"{what}: rank {rank}'s result, summed in the ring's order (chunk k starts at "
