@@ -7,7 +7,8 @@
 needs and `mp.spawn` does not give: a deadline (a rank that waits for a peer that never comes ends
 the launch with TimeoutError), every child process stopped whatever happens, a second port when the
 first was taken meanwhile, and a child's exception raised in the notebook with its rank. The target
-must live in an importable file (spawned processes cannot import a notebook cell's function).
+must live in an importable file (spawned processes cannot import a notebook cell's function): on sys.path,
+or in the working directory, which each child puts first on its sys.path.
 
 `toy_model`'s models record their training forwards for chapter 10's checks when asked (grader/ddp_record.py).
 """
@@ -19,6 +20,7 @@ import multiprocessing
 import os
 import queue as queue_module
 import socket
+import sys
 import time
 import traceback
 from typing import Any, Sequence
@@ -74,6 +76,11 @@ def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)})
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    # spawn starts the child in the parent's working directory but puts the folder the parent *started* in on
+    # sys.path: the folder a notebook writes its worker into (chapter 10 works in a temporary one) comes first
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
     try:
         module, _, name = target.partition(":")
         fn = getattr(importlib.import_module(module), name)
@@ -81,7 +88,8 @@ def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, 
         results.put(("ok", rank, _to_bytes(value)))
     except BaseException as e:  # reported to the parent, whatever it is
         base = next((c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins"), "Exception")
-        results.put(("error", rank, (type(e).__name__, base, str(e)[:500], traceback.format_exc(limit=4)[-1500:])))
+        tb = traceback.format_exc(limit=4).replace(here + os.sep, "")  # no temporary folder's name: a stable text
+        results.put(("error", rank, (type(e).__name__, base, str(e)[:500], tb[-1500:])))
     finally:
         try:
             import torch.distributed as dist
@@ -177,43 +185,55 @@ def _init(rank: int, world_size: int, backend: str = "gloo") -> None:
     dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60))
 
 
-def allreduce_seconds(rank: int, world_size: int, sizes: Sequence[int], reps: int = 10,
-                      backend: str = "gloo") -> list[float]:
-    """Median seconds of one all-reduce (SUM) of a float32 buffer of each size in bytes, after a warm-up."""
+def allreduce_seconds(rank: int, world_size: int, sizes: Sequence[int], reps: int = 10, rounds: int = 5,
+                      backend: str = "gloo") -> list[list[float]]:
+    """For each size in bytes, the median seconds of one all-reduce (SUM) of a float32 buffer in each of `rounds`
+    rounds of `reps` calls, after a warm-up. The rounds visit the sizes in turn, so a burst of load on a busy
+    machine inflates one round of every size rather than every round of one size; their minimum is the
+    all-reduce's own cost, their spread the machine's noise."""
     import statistics
 
     import torch.distributed as dist
 
     _init(rank, world_size, backend)
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-    out = []
-    for nbytes in sizes:
-        buf = torch.ones(max(1, nbytes // 4), device=device)
+    bufs = [torch.ones(max(1, nbytes // 4), device=device) for nbytes in sizes]
+    for buf in bufs:
         for _ in range(3):
             dist.all_reduce(buf)
-        times = []
-        for _ in range(reps):
-            dist.barrier()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            dist.all_reduce(buf)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - start)
-        out.append(statistics.median(times))
+    out: list[list[float]] = [[] for _ in sizes]
+    for _ in range(rounds):
+        for i, buf in enumerate(bufs):
+            times = []
+            for _ in range(reps):
+                dist.barrier()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = time.perf_counter()
+                dist.all_reduce(buf)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times.append(time.perf_counter() - start)
+            out[i].append(statistics.median(times))
     return out
 
 
-def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int = 8) -> dict[str, float]:
-    """One data-parallel SGD step of a width x width MLP on `batch` rows split over the ranks: median seconds of
-    the whole step and of its all-reduce (every gradient flattened into one buffer), the fastest all-reduce (what
-    a busy machine cannot inflate), and the step's FLOPs."""
+def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int = 8,
+                 threads: int = 1) -> dict[str, float]:
+    """One data-parallel SGD step of a width x width MLP on `batch` rows split over the ranks, each rank with
+    `threads` threads (so a world of n uses n times the cores of a world of one, as n GPUs are n devices):
+    median seconds of the whole step and of its all-reduce (every gradient flattened into one buffer), the
+    fastest of each (what a busy machine inflates least), this rank's FLOPs per step, and the estimated peak
+    FLOP/s of its threads (0.0 when unknown)."""
     import statistics
 
     import torch.distributed as dist
     from torch.utils.flop_counter import FlopCounterMode
 
+    from grader import specs
+
+    torch.set_num_threads(threads)
+    peak = specs.device_peak("cpu", torch.float32)  # this rank's cores: `threads` of them
     _init(rank, world_size)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
@@ -248,7 +268,9 @@ def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int 
         if i >= 2:  # two warm-up steps
             totals.append(time.perf_counter() - start)
             comms.append(comm)
-    return {"step": statistics.median(totals), "allreduce": statistics.median(comms), "allreduce_best": min(comms),
+    return {"step": statistics.median(totals), "allreduce": statistics.median(comms), "step_best": min(totals),
+            "allreduce_best": min(comms), "threads": float(torch.get_num_threads()),
+            "peak": peak.flop_per_sec if peak else 0.0,
             "flops": float(counter.get_total_flops()), "params": float(sum(p.numel() for p in params))}
 
 
@@ -354,3 +376,44 @@ def accumulation_allreduces(rank: int, world_size: int, micro_batches: int = 4, 
     dist.destroy_process_group()
     diff = max(float((a - b).abs().max()) for a, b in zip(grads["every micro-batch"], grads["no_sync"]))
     return {"allreduces": counts, "max_diff": diff}
+
+
+def seeds_and_checkpoint(rank: int, world_size: int, folder: str, steps: int = 3) -> dict[str, Any]:
+    """Dropout masks drawn after one seed on every rank and after seed + rank; a model built from a per-rank seed
+    before and after DistributedDataParallel wraps it; then a checkpoint written by rank 0 alone, a barrier, and
+    every rank loading it: when rank 0 finished writing, when each rank went past the barrier, and whether what
+    it loaded equals its own model."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    _init(rank, world_size)
+    out: dict[str, Any] = {}
+    drop = nn.Dropout(0.5)  # training mode: a random mask
+    torch.manual_seed(0)
+    out["mask_one_seed"] = drop(torch.ones(12)) > 0
+    torch.manual_seed(0 + rank)
+    out["mask_seed_plus_rank"] = drop(torch.ones(12)) > 0
+    torch.manual_seed(100 + rank)  # a different initialisation on every rank...
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 1))
+    out["weight_built"] = model[0].weight.detach().clone()
+    ddp = DistributedDataParallel(model)  # ...replaced by rank 0's: the constructor broadcasts it
+    out["weight_wrapped"] = model[0].weight.detach().clone()
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(steps):
+        x, y = toy_batch(0, step)
+        x = x[rank::world_size]  # this rank's rows
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y[rank::world_size]).backward()
+        opt.step()
+    path = os.path.join(folder, "checkpoint.pt")
+    if rank == 0:  # one writer: the ranks' models are equal, and two writers of one file would clobber it
+        torch.save({"model": ddp.module.state_dict(), "optimizer": opt.state_dict(), "step": steps}, path)
+        out["saved_at"] = time.time()
+    dist.barrier()  # nobody reads the file before rank 0 has written all of it
+    out["past_barrier_at"] = time.time()
+    loaded = torch.load(path, map_location="cpu", weights_only=True)  # map_location: a GPU rank would say its own
+    out["loaded_equals_mine"] = all(torch.equal(v, loaded["model"][k]) for k, v in ddp.module.state_dict().items())
+    out["loaded_step"] = loaded["step"]
+    dist.barrier()
+    dist.destroy_process_group()
+    return out

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
 from grader import distributed
 from grader.runner import run_exercise
@@ -401,6 +402,22 @@ def ring_flat(tensors):
     return [r.flatten() for r in ring_buffers(tensors)]
 
 
+def ring_float32(tensors):
+    return [r.float() for r in ring_buffers(tensors)]  # float64 in, float32 out
+
+
+def ring_builtin_sum(tensors):
+    total = sum(tensors)  # right values, but every chunk added in rank order, not the ring's
+    return [total.clone() for _ in tensors]
+
+
+def ring_reduce(tensors):
+    import functools
+
+    total = functools.reduce(torch.add, tensors)
+    return [total.clone() for _ in tensors]
+
+
 def zero_wrong(params_from=3, grads_from=2, state_from=1, divide=lambda n: n, state_bytes=None, total=None,
                check_stage=True):
     """zero_memory with one thing changed: the stage from which each part is sharded, the divisor, the default
@@ -453,6 +470,34 @@ def shard_per_rank_seed(num_samples, rank, world_size, shuffle=False, seed=0, ep
     return shard_cycle(num_samples, rank, world_size, shuffle, seed + epoch + rank, 0, drop_last)
 
 
+def shard_sampler_alias(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    from torch.utils.data import DistributedSampler  # imported while the check runs
+
+    sampler = DistributedSampler(range(num_samples), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
+                                 drop_last=drop_last)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+SAMPLER_ALIAS = DistributedSampler  # bound before the check runs, as the notebook's top cell binds it
+
+
+def shard_module_alias(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    sampler = SAMPLER_ALIAS(range(num_samples), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
+                            drop_last=drop_last)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def shard_sampler_iter(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    sampler = object.__new__(DistributedSampler)  # no __init__: the attributes set by hand, then its __iter__
+    sampler.__dict__.update(dataset=range(num_samples), num_replicas=world_size, rank=rank, epoch=epoch,
+                            drop_last=drop_last, shuffle=shuffle, seed=seed,
+                            num_samples=(num_samples // world_size if drop_last else -(-num_samples // world_size)))
+    sampler.total_size = sampler.num_samples * world_size
+    return list(DistributedSampler.__iter__(sampler))
+
+
 def average_sum_only(model):
     for p in model.parameters():
         if p.grad is not None:
@@ -488,12 +533,14 @@ def average_no_none_check(model):
 WRONG = [
     ("ring_allreduce", ring_naive), ("ring_allreduce", ring_shared), ("ring_allreduce", ring_divisible_only),
     ("ring_allreduce", ring_reduce_scatter_only), ("ring_allreduce", ring_in_place), ("ring_allreduce", ring_flat),
+    ("ring_allreduce", ring_builtin_sum), ("ring_allreduce", ring_reduce), ("ring_allreduce", ring_float32),
     ("allreduce_traffic", lambda nbytes, n: (n - 1) / n * nbytes),
     ("allreduce_traffic", lambda nbytes, n: 2.0 * nbytes),
     ("allreduce_traffic", lambda nbytes, n: 2 * (n - 1) * nbytes),
     *[("zero_memory", fn) for fn, _ in ZERO_WRONG.values()],
     ("shard_indices", shard_unpadded), ("shard_indices", shard_seed_only), ("shard_indices", shard_blocks),
-    ("shard_indices", shard_per_rank_seed),
+    ("shard_indices", shard_per_rank_seed), ("shard_indices", shard_sampler_alias),
+    ("shard_indices", shard_module_alias), ("shard_indices", shard_sampler_iter),
     ("shard_indices", lambda *a, **k: torch.tensor(shard_cycle(*a, **k))),
     ("average_gradients", average_sum_only), ("average_gradients", average_by_two),
     ("average_gradients", average_with_avg_op), ("average_gradients", average_parameters),
@@ -532,6 +579,57 @@ def test_zero_memory_literals_agree_with_the_oracle():
     for stage in range(4):
         for n in (1, 2, 4, 8):
             assert zero_oracle(10**9, n, stage, 2, 2, 12) == pytest.approx(zero_table(10**9, n, stage))
+
+
+SHORTCUTS = [  # (exercise, answer, the check that refuses it publicly, the words its message holds)
+    ("ring_allreduce", ring_naive, "ring_order_of_sums", "as sum(tensors) or torch.stack(tensors).sum(0) do"),
+    ("ring_allreduce", ring_builtin_sum, "ring_order_of_sums", "in rank order 0, 1, 2"),
+    ("ring_allreduce", ring_reduce, "ring_order_of_sums", "not in the ring's order"),
+    ("shard_indices", shard_sampler_alias, "in_order_and_padded", "not call torch.utils.data.DistributedSampler"),
+    ("shard_indices", shard_module_alias, "in_order_and_padded",
+     "not call torch.utils.data.distributed.DistributedSampler.__init__"),
+    ("shard_indices", shard_sampler_iter, "in_order_and_padded",
+     "not call torch.utils.data.distributed.DistributedSampler.__iter__"),
+    ("average_gradients", average_with_avg_op, "two_ranks_average", "ReduceOp.SUM"),
+]
+
+
+@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f.__name__ for _, f, _, _ in SHORTCUTS])
+def test_library_shortcuts_fail_a_public_check_naming_them(name, fn, check, words):
+    """A call that does the whole job (the library's sampler, however it was bound; a sum that ignores the ring)
+    fails a public check, and the message names it."""
+    r = run_exercise(f"ddp.{name}", fn)
+    messages = {c.name: c.message for c in r.checks if not c.passed}
+    assert check in messages and words in messages[check], messages
+
+
+REQUIREMENTS = [  # (exercise, answer breaking one requirement the exercise's text states, public check, words)
+    ("ring_allreduce", ring_in_place, "two_ranks", "changed rank 0's input tensor in place"),   # "do not change"
+    ("ring_allreduce", ring_float32, "several_ranks_any_shape", "expected torch.float64"),      # "the input's dtype"
+    ("ring_allreduce", ring_shared, "two_ranks", "a tensor of its own"),                         # "of its own"
+    ("ring_allreduce", ring_flat, "several_ranks_any_shape", "shape"),                           # "input's shape"
+    ("average_gradients", average_no_none_check, "no_gradient_stays_none", "'NoneType'"),       # "skip None"
+    ("average_gradients", average_parameters, "two_ranks_average", ""),                          # "not the params"
+]
+
+
+@pytest.mark.parametrize("name,fn,check,words", REQUIREMENTS, ids=[f.__name__ for _, f, _, _ in REQUIREMENTS])
+def test_every_stated_requirement_has_a_public_check(name, fn, check, words):
+    """What the exercise's text asks is checked in the student's notebook, not only when grading."""
+    r = run_exercise(f"ddp.{name}", fn)
+    messages = {c.name: c.message for c in r.checks if not c.passed}
+    assert check in messages and words in messages[check], messages
+
+
+@pytest.mark.parametrize("answer,words", [
+    (lambda nbytes, n: (n - 1) / n * nbytes, "yours is half of it, one reduce-scatter"),
+    (lambda nbytes, n: 2 * (n - 1) * nbytes, "yours is 2x it, the world size"),  # whole buffers, not 1/n chunks
+    (lambda nbytes, n: 6 * (n - 1) / n * nbytes, "yours is 3.00×"),                # any other clean factor
+])
+def test_allreduce_traffic_off_by_a_factor_says_the_factor(answer, words):
+    r = run_exercise("ddp.allreduce_traffic", answer)
+    message = next(c.message for c in r.checks if not c.passed)
+    assert words in message, message
 
 
 def test_public_checks_catch_the_classic_mistakes():

@@ -16,13 +16,18 @@ from grader.scenarios import ddp as scenarios
 
 # The references, bound before any student code runs.
 _DistributedSampler = DistributedSampler
-_stack, _isclose = torch.stack, torch.isclose
+_stack, _isclose, _tensor_split, _cat, _equal = torch.stack, torch.isclose, torch.tensor_split, torch.cat, torch.equal
 
 RING_ALLREDUCE = exercise("ddp.ring_allreduce", points=3)
 ALLREDUCE_TRAFFIC = exercise("ddp.allreduce_traffic", points=1)
 ZERO_MEMORY = exercise("ddp.zero_memory", points=2)
+# The class's own methods too (first: the names below replace the class they are looked up on): the notebook
+# imports DistributedSampler at its top, and a function using that name holds the class itself.
 SHARD_INDICES = exercise("ddp.shard_indices", points=2,
-                         forbid=("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"))
+                         forbid=("torch.utils.data.distributed.DistributedSampler.__init__",
+                                 "torch.utils.data.distributed.DistributedSampler.__iter__",
+                                 "torch.utils.data.DistributedSampler",
+                                 "torch.utils.data.distributed.DistributedSampler"))
 AVERAGE_GRADIENTS = exercise("ddp.average_gradients", points=2)
 DDP_TRAIN = exercise("ddp.ddp_train", points=3)
 
@@ -33,7 +38,11 @@ def expect_allreduce(ring_allreduce, tensors: list[torch.Tensor], how: str, exac
     """Every output is the elementwise sum of all inputs, a tensor of its own, in the inputs' shape and dtype."""
     want = _stack([t.double() for t in tensors]).sum(0).to(tensors[0].dtype)
     what = f"ring_allreduce({how})"
+    inputs = [t.clone() for t in tensors]
     got = call(ring_allreduce, list(tensors), what=what)
+    for rank, (t, before) in enumerate(zip(tensors, inputs)):
+        expect(_equal(t, before), f"{what} changed rank {rank}'s input tensor in place; the inputs stand for the "
+                                  "ranks' memory before the all-reduce: work on copies")
     expect_type(got, list, what)
     expect(len(got) == len(tensors), f"{what} returned {len(got)} tensors for {len(tensors)} ranks")
     tol = 0.0 if exact else 1e-5
@@ -54,8 +63,10 @@ def two_ranks(ring_allreduce):
 
 @RING_ALLREDUCE.check
 def several_ranks_any_shape(ring_allreduce):
-    """3 and 4 ranks; 2-D tensors keep their shape"""
+    """3 and 4 ranks; 2-D tensors keep their shape, float64 stays float64"""
     expect_allreduce(ring_allreduce, [torch.randn(4, 3) for _ in range(3)], "3 ranks of shape (4, 3)")
+    expect_allreduce(ring_allreduce, [torch.randn(2, 5, dtype=torch.float64) for _ in range(3)],
+                     "3 ranks of float64 (2, 5)")
     expect_allreduce(ring_allreduce, [torch.randn(8) for _ in range(4)], "4 ranks of 8 elements")
 
 
@@ -64,6 +75,49 @@ def length_not_divisible(ring_allreduce):
     """7 elements over 3 ranks, 2 elements over 5 ranks: chunks of unequal (even empty) size"""
     expect_allreduce(ring_allreduce, [torch.randn(7) for _ in range(3)], "3 ranks of 7 elements")
     expect_allreduce(ring_allreduce, [torch.randn(2) for _ in range(5)], "5 ranks of 2 elements")
+
+
+def ring_order_sum(tensors: list[torch.Tensor], start_at_chunk: bool = True) -> torch.Tensor:
+    """The sum of the inputs with chunk k (of torch.tensor_split's n) added up in the ring's order: it starts at
+    rank k, and each rank that receives it adds its own copy, ((t_k + t_k+1) + t_k+2) + ...; with
+    start_at_chunk=False every chunk is added in rank order from rank 0, as sum(tensors) does."""
+    n = len(tensors)
+    split = [_tensor_split(t.flatten(), n) for t in tensors]
+    out = []
+    for k in range(n):
+        first = k if start_at_chunk else 0
+        acc = split[first][k].clone()
+        for j in range(1, n):
+            acc = split[(first + j) % n][k] + acc
+        out.append(acc)
+    return _cat(out).view(tensors[0].shape)
+
+
+def mixed_magnitudes(n: int, length: int, seed: int) -> list[torch.Tensor]:
+    """float32 values from 1e-4 to 1e7 in size: the order of additions shows in the rounding."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(length, generator=g) * 10.0 ** torch.randint(-4, 8, (length,), generator=g)
+            for _ in range(n)]
+
+
+@RING_ALLREDUCE.check
+def ring_order_of_sums(ring_allreduce):
+    """each chunk is summed in the ring's order (chunk k starts at rank k), exactly, as float32 rounding shows"""
+    for n, length in ((3, 7), (4, 9)):
+        tensors = mixed_magnitudes(n, length, seed=n)
+        want, in_rank_order = ring_order_sum(tensors), ring_order_sum(tensors, start_at_chunk=False)
+        what = f"ring_allreduce({n} ranks of {length} float32 elements of mixed magnitudes)"
+        got = expect_allreduce(ring_allreduce, tensors, f"{n} ranks of {length} float32 elements of mixed magnitudes")
+        for rank, t in enumerate(got):
+            if _equal(t, want):
+                continue
+            if _equal(t, in_rank_order):
+                order = ", ".join(map(str, range(n)))
+                fail(f"{what}: rank {rank}'s result adds every element in rank order {order} (as "
+                     "sum(tensors) or torch.stack(tensors).sum(0) do), not in the ring's order: chunk k starts at "
+                     "rank k, and each rank it reaches adds its own copy")
+            expect_tensor(t, want, f"{what}: rank {rank}'s result, summed in the ring's order (chunk k starts at "
+                                   "rank k)", rtol=0, atol=0)
 
 
 @RING_ALLREDUCE.check
@@ -78,7 +132,17 @@ def expect_traffic(allreduce_traffic, nbytes: int, world_size: int, want: float)
     got = allreduce_traffic(nbytes, world_size)
     what = f"allreduce_traffic({nbytes}, {world_size})"
     expect_type(got, (int, float), what)
-    expect(abs(got - want) <= 1e-9 * max(1.0, want), f"{what} returned {got!r}; each rank should send {want:g} bytes")
+    if abs(got - want) <= 1e-9 * max(1.0, want):
+        return
+    ratio = got / want if want else None
+    if ratio is not None and abs(ratio - 0.5) < 1e-9:
+        hint = "; yours is half of it, one reduce-scatter (or one all-gather): an all-reduce is both"
+    elif ratio is not None and world_size > 1 and abs(ratio - world_size) < 1e-9 * world_size:
+        hint = (f"; yours is {world_size}x it, the world size: each of the 2(n - 1) steps sends one 1/n chunk, "
+                "not the whole buffer")
+    else:
+        hint = factor_hint(float(got), float(want))
+    fail(f"{what} returned {got!r}; each rank should send {want:g} bytes{hint}")
 
 
 @ALLREDUCE_TRAFFIC.check
@@ -293,6 +357,12 @@ def two_ranks_average(average_gradients):
 def world_size_from_the_group(average_gradients):
     """the world size comes from the process group (3 ranks here), not a constant"""
     expect_average(average_gradients, 3, seed=2)
+
+
+@AVERAGE_GRADIENTS.check
+def no_gradient_stays_none(average_gradients):
+    """a parameter whose .grad is None (frozen) keeps none; the others are averaged (2 ranks)"""
+    expect_average(average_gradients, 2, seed=5, frozen=True)
 
 
 # ---------------------------------------------------------------- ddp_train
