@@ -111,7 +111,7 @@ def build_release(root: Path) -> StudentRelease:
 # Then the solution notebooks under nbval (6 to 30 s each, the slowest first), then the many short files,
 # which fill the end evenly.
 SLOW_FIRST = ["test_release.py", "test_demo_grading.py", "test_grading_objects.py", "test_grading.py",
-              "test_browser.py", "test_gradescope.py", "test_lab.py", "10_ddp.ipynb", "09_gpu.ipynb", "04_flops.ipynb"]
+              "test_browser.py", "test_gradescope.py", "test_lab.py", "test_colab.py", "10_ddp.ipynb", "09_gpu.ipynb", "04_flops.ipynb"]
 
 
 def _rank(item) -> int:

@@ -1088,25 +1088,12 @@ KERNEL_WRONG_NAMES = [("adagrad", ["AdaGradOutside"]), ("save_checkpoint", ["sav
 
 
 @pytest.fixture(scope="module")
-def kernel_bridge(tmp_path_factory):
+def kernel_bridge(grading_bridge):
     import nbformat
 
-    from grader import registry
-    from grader.autograde.bridge import Bridge
-    from grader.autograde.kernel import GiB, Limits, NotebookKernel
-
-    registry.load_hidden()
     solution = nbformat.read(Path(__file__).resolve().parents[1] / "solutions" / "08_checkpointing.ipynb", as_version=4)
     exercises = [c.source for c in solution.cells if c.cell_type == "code" and "### BEGIN SOLUTION" in c.source]
-    kernel = NotebookKernel([KERNEL_IMPORTS, *exercises, KERNEL_WRONG], tmp_path_factory.mktemp("kernel"),
-                            Limits(cell_timeout=120, check_timeout=60, memory=4 * GiB))
-    bridge = Bridge(kernel)
-    kernel.setup = lambda k: bridge.setup()
-    kernel.start()
-    kernel.run_cells()
-    yield bridge
-    kernel.close()
-    bridge.close()
+    return grading_bridge([KERNEL_IMPORTS, *exercises, KERNEL_WRONG], cell_timeout=120, check_timeout=60, memory_gib=4)
 
 
 def grade_in_kernel(bridge, name, names):
@@ -1116,7 +1103,7 @@ def grade_in_kernel(bridge, name, names):
     from grader.autograde.bridge import RemoteFunction
     from grader.runner import run_check
 
-    ex = registry.get(f"checkpointing.{name}")
+    ex = registry.load(hidden=True).get(f"checkpointing.{name}")
     objs = tuple(RemoteFunction(bridge, n, ex) for n in names)
     results = []
     for check in ex.checks:

@@ -120,7 +120,7 @@ def test_run_all_in_colab_installs_the_grader_from_the_release_passes_and_keeps_
     assert Path(ran["python"]) == colab_env.python
     assert Path(ran["cwd"]) == course / "notebooks" and (course / "data" / "tokens.bin").is_file()
     results = ran["results"]
-    assert [r["exercise"] for r in results] == [e.id for e in registry.all_exercises("memory")]
+    assert [r["exercise"] for r in results] == [e.id for e in registry.load().of("memory")]
     assert all(r["status"] == "passed" for r in results), [(r["exercise"], r["message"]) for r in results]
     shown = [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code" and c.source.startswith("grader.check(")
              for o in c.outputs if "data" in o]  # what the student saw under each exercise
