@@ -120,3 +120,17 @@ def test_a_forbidden_function_this_torch_lacks_is_skipped_not_a_crash():
         restore()
     import torch
     assert torch.broadcast_shapes((1,), (2,)) == (2,)
+
+
+def test_float8_overflow_matches_the_version_chapter_02_keys_on():
+    # chapter 02 asserts 448 from torch 2.13 on and NaN before (2.11.0 and 2.12.1 gave NaN, 2.13.0 and 2.14.1 448):
+    # a torch in the range that behaves otherwise fails here, before it fails in the notebook
+    import math
+
+    import nbformat
+    import torch
+
+    cells = nbformat.read(ROOT / "solutions" / "02_dtypes.ipynb", as_version=4).cells
+    assert any('SATURATES = torch.__version__ >= "2.13"' in c.source for c in cells)
+    got = torch.tensor([1000.0]).to(torch.float8_e4m3fn).float().item()
+    assert (got == 448.0) if torch.__version__ >= "2.13" else math.isnan(got), (torch.__version__, got)
