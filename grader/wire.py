@@ -139,6 +139,8 @@ def forbid(dotted_names, refuse, raise_expression):
     for dotted in dotted_names:
         owner_path, attr = dotted.rsplit(".", 1)
         owner = resolve(owner_path)
+        if owner is None or not hasattr(owner, attr):
+            continue  # a function this torch lacks (older or newer than the pin) cannot be called: nothing to refuse
         original = getattr(owner, attr)
         saved.append((owner, attr, original, attr in getattr(owner, "__dict__", {})))
         setattr(owner, attr, refuse(dotted))
