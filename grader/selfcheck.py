@@ -15,11 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import chapters
+from grader.results import Status
 
 MARK = "@@SELFCHECK@@"
-_WORDS = {"passed": "[green]passed[/]", "failed": "[red]failed[/]", "error": "[red]your code raised[/]",
-          "timeout": "[yellow]timed out[/]", "not_implemented": "[dim]not implemented yet[/]",
-          "missing": "[yellow]not defined[/]"}
+_STYLE = {"ok": "green", "bad": "red", "warn": "yellow", "muted": "dim"}  # a Status's tone, in the terminal
+
+
+def _shown(status: str) -> str:
+    """A status as the self-check's table shows it: the Status's own words, in its tone."""
+    known = Status.of(status)
+    if known is None:
+        return status
+    return f"[{_STYLE[known.tone]}]{known.words[0].lower() + known.words[1:]}[/]"
 
 
 @dataclass
@@ -123,7 +130,7 @@ def _report(results: list[NotebookCheck]) -> None:
             checks = ex.get("checks", [])
             passed = sum(c["status"] == "passed" for c in checks)
             table.add_row(ex["exercise"].split(".", 1)[1], f"{passed}/{len(checks)}",
-                          _WORDS.get(ex["status"], ex["status"]))
+                          _shown(ex["status"]))
         console.print(table)
         for line in r.cell_errors:
             console.print(f"  [red]{line}[/]", soft_wrap=True)

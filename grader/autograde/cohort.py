@@ -34,7 +34,7 @@ from grader.autograde.kernel import Limits
 from grader.autograde.notebook import grade, whole_notebook
 from grader.autograde.records import NotebookRecord
 from grader.autograde.sandbox import Isolation, choose, public_tree
-from grader.results import CRASHED, INVALID
+from grader.results import CRASHED, INVALID, Status
 
 GRADER_DIR = Path(__file__).resolve().parents[1]
 
@@ -141,7 +141,7 @@ def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | N
 
 def _instant(task: Task, course: Registry) -> NotebookRecord:
     """Missing and unreadable submissions need no kernel."""
-    status = task.status or "missing"
+    status = task.status or Status.MISSING
     return NotebookRecord(task.student, task.chapter, task.source, task.fingerprint, 0.0,
                           whole_notebook(task.student, task.chapter, status, task.message, course))
 

@@ -32,6 +32,7 @@ from grader.autograde.cohort import default_workers, grade_cohort
 from grader.autograde.kernel import Limits
 from grader.autograde.report import write_atomic
 from grader.autograde.sandbox import GRADER_DIR, bwrap_problem
+from grader.results import Status
 
 STUDENT = "submission"
 KERNEL_USER = "grader-kernel"  # setup.sh creates it; made here too when missing
@@ -77,7 +78,7 @@ def results_for(submission: Path, chapters: list[str], limits: Limits, console: 
     tests = results.get("tests", [])
     score = results.get("score", 0)
     max_score = round(sum(t["max_score"] for t in tests), 2)
-    graded = sorted({t["extra_data"]["chapter"] for t in tests if t["extra_data"]["status"] not in ("missing", "invalid")})
+    graded = sorted({t["extra_data"]["chapter"] for t in tests if t["extra_data"]["status"] not in (Status.MISSING, Status.INVALID)})
     missing = sorted({t["extra_data"]["chapter"] for t in tests} - set(graded))
     lines = [f"{score:g} of {max_score:g} points; {sum(t['status'] == 'passed' for t in tests)} of {len(tests)} "
              f"exercises passed."]
