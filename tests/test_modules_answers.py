@@ -938,12 +938,49 @@ class QuadraticExtraBuffer(QuadraticRegistered):
         self.register_buffer("eye", torch.eye(in_features), persistent=False)
 
 
+class SequentialThrowaway(SequentialSetattr):
+    """Registers the modules, then lets a throwaway nn.Sequential run them: nn.Sequential does the whole job."""
+
+    def forward(self, x):
+        return nn.Sequential(*self._modules.values())(x)
+
+
+class SequentialThrowawayForward(SequentialSetattr):
+    """The same, calling .forward directly (no hooks run): still an nn.Sequential built of the modules."""
+
+    def forward(self, x):
+        return nn.Sequential(*self._modules.values()).forward(x)
+
+
+class SequentialInner(nn.Module):
+    """Keeps its modules in an inner nn.Sequential: parameters named inner.0.weight, and nn.Sequential's forward."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        self.inner = nn.Sequential(*modules)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+THROWAWAY = [SequentialThrowaway, SequentialThrowawayForward, SequentialInner]
+
+
+@pytest.mark.parametrize("obj", THROWAWAY, ids=[o.__name__ for o in THROWAWAY])
+def test_an_nn_sequential_built_of_the_modules_is_named(obj):
+    """Caught by expect_sequential's `sequentials_built` (the scenario's module-registration hook), in the public
+    checks, whether the nn.Sequential is built in forward (called or .forward) or kept as a child."""
+    r = run_exercise("modules.MySequential", obj)
+    messages = [c.message for c in r.checks if not c.passed]
+    assert r.status == "failed" and any("builds a torch.nn.Sequential" in m for m in messages), messages
+
+
 WRONG = [
     ("MySequential", SequentialPlainList), ("MySequential", SequentialNamedLayers),
     ("MySequential", SequentialReversed),
     ("MySequential", SequentialModuleList), ("MySequential", SequentialSubclass), ("MySequential", SequentialCopies),
     ("MySequential", SequentialLastOnly), ("MySequential", SequentialBrokenGetattr),
-    ("MySequential", SequentialForgotSuper),
+    ("MySequential", SequentialForgotSuper), *(("MySequential", o) for o in THROWAWAY),
     ("Concat", ConcatComposed), ("Concat", ConcatDim0), ("Concat", ConcatDim1), ("Concat", ConcatTuple),
     ("Concat", ConcatHidden), ("Concat", ConcatTwiceNet1), ("Concat", ConcatInPlace),
     ("Cruncher", CruncherNNLinear), ("Cruncher", CruncherNoScale), ("Cruncher", CruncherOverDim),

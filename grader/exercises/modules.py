@@ -108,6 +108,9 @@ def expect_sequential(MySequential, specs, x: torch.Tensor, how: str, seed: int 
     want = reference_sequential(specs, x, g, seed)
     got = run_scenario(scenarios.sequential_report, MySequential, specs, x, g, seed, values or grads)
     what = f"MySequential({how})"
+    expect(not got.get("sequentials_built"), f"{what} builds a torch.nn.Sequential of its modules, which does the "
+                                             "whole job; register the modules yourself and run them in order in "
+                                             "forward")
     if structure:
         base = next((c for c in got["classes"] if c in CONTAINERS), None)
         expect(base is None, f"{what} is a subclass of {base}: subclass nn.Module directly and register the "

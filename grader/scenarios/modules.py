@@ -28,6 +28,8 @@ _named_buffers = nn.Module.named_buffers
 _named_children = nn.Module.named_children
 _named_modules = nn.Module.named_modules
 _state_dict = nn.Module.state_dict
+_registration_hook = _module_module.register_module_module_registration_hook
+_Sequential = nn.Sequential
 _load_state_dict = nn.Module.load_state_dict
 _train = nn.Module.train
 _to = nn.Module.to
@@ -205,12 +207,22 @@ def sequential_report(MySequential, specs, x, g, seed, run=True):
     With run=False, the model is only built and described (no forward).
     """
     modules = common.build_all(specs, seed)
-    model = MySequential(*modules)
-    children = [child for _, child in _named_children(model)]
-    report = {"classes": [f"{c.__module__}.{c.__qualname__}" for c in type(model).__mro__],
-              "kept": [any(child is m for child in children) for m in modules]}
-    if run:
-        report.update(_output_and_backward(model, x, g))
+    # Every nn.Sequential that registers modules while the student's code runs: one built of the modules
+    # given (in __init__ or in forward) does the whole job; a subclass of nn.Sequential is the model itself.
+    built = set()
+    handle = _registration_hook(lambda module, name, sub: built.add(id(module)) if isinstance(module, _Sequential)
+                                else None)
+    try:
+        model = MySequential(*modules)
+        children = [child for _, child in _named_children(model)]
+        report = {"classes": [f"{c.__module__}.{c.__qualname__}" for c in type(model).__mro__],
+                  "kept": [any(child is m for child in children) for m in modules]}
+        if run:
+            report.update(_output_and_backward(model, x, g))
+    finally:
+        handle.remove()
+    built.discard(id(model))
+    report["sequentials_built"] = len(built)
     report.update(describe(model))
     report["module_grads"] = {f"{i}.{name}": _grad_of(p) for i, m in enumerate(modules)
                               for name, p in _named_parameters(m)}
