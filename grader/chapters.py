@@ -16,7 +16,7 @@ class Chapter:
 
     @property
     def key(self) -> str:
-        return self.stem.split("_", 1)[1]
+        return key(self.stem)
 
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -44,7 +44,7 @@ def title(stem: str) -> str:
 
 def key(stem: str) -> str:
     """The exercise-id prefix of a notebook stem: `01_tensors` -> `tensors`."""
-    return Chapter(stem, "").key
+    return stem.split("_", 1)[1]
 
 
 def stem(key_: str) -> str:

@@ -7,6 +7,7 @@ optional time limit, and whatever it raises becomes a status, never an exception
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import random
 import signal
@@ -66,6 +67,16 @@ def forbidding(exercise: Exercise) -> Iterator[None]:
         yield
     finally:
         restore()
+
+
+_CHECKING: contextvars.ContextVar[Exercise | None] = contextvars.ContextVar("grader_checking", default=None)
+
+
+def forbidding_now() -> contextlib.AbstractContextManager[None]:
+    """The forbidden calls of the exercise whose check is running (nothing outside a check): a scenario drives
+    the student's classes under them here as the grading kernel does, so a class refuses them in the notebook too."""
+    exercise = _CHECKING.get()
+    return forbidding(exercise) if exercise is not None and exercise.forbid else contextlib.nullcontext()
 
 
 def _forbid_during(obj: Any, exercise: Exercise) -> Any:
@@ -149,6 +160,7 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
     limit = check.timeout if check.timeout is not None else timeout
     start = time.perf_counter()
     status, message = PASSED, ""
+    checking = _CHECKING.set(exercise)
     try:
         with _isolated(seed_for(exercise.id, check.name)), _time_limit(limit) as fired:
             check.fn(*objs)
@@ -170,6 +182,8 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
         status, message = ERROR, "interrupted"
     except BaseException as e:  # SystemExit, RecursionError, student exceptions: all become a status
         status, message = ERROR, _error_message(e)
+    finally:
+        _CHECKING.reset(checking)
     return CheckResult(check.name, check.description, status, message, check.hidden, check.weight,
                        round(time.perf_counter() - start, 3))
 

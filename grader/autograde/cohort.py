@@ -203,7 +203,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         with Progress(*columns, console=console, transient=False) as progress:
             bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
                                     current="")
-            for record in _execute(pending, pool, workers, limits, scratch_root, isolation,
+            for record in _execute(pending, pool, workers, limits, scratch_root, isolation, course,
                                    lambda running: progress.update(bar, current=_short(running))):
                 finish(record)
                 summary.notebooks += 1
@@ -226,7 +226,7 @@ def _short(running: list[str], width: int = 26) -> str:
 
 
 def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, limits: Limits, scratch_root: str,
-             isolation: Isolation, show):
+             isolation: Isolation, course: Registry, show):
     """Yield each task's record as it is done, keeping `workers` notebooks running; a dead worker is replaced."""
     queue = list(tasks)
     tries: dict[int, int] = {}
@@ -252,7 +252,7 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
                         if tries[id(task)] >= 2:
                             yield NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
                                 task.student, task.chapter, CRASHED, "the grading process died twice on this notebook",
-                                registry.load(hidden=True)))
+                                course))
                         else:
                             queue.insert(0, task)
             if broken:

@@ -14,7 +14,7 @@ import torch.fx.passes.shape_prop  # noqa: F401  (so the forbidden ShapeProp can
 from grader.expect import (describe, expect, expect_equal, expect_tensor, expect_tensor_like, expect_type, factor_hint,
                            fail)
 from grader.registry import exercise
-from grader.runner import forbidden_message, forbidding
+from grader.runner import forbidden_message
 from grader.scenario import Opaque, run_scenario
 from grader.scenarios import common
 from grader.scenarios import modules as scenarios
@@ -46,14 +46,6 @@ QUADRATIC = exercise("modules.Quadratic", points=3, forbid=BILINEAR)
 
 CONTAINERS = ("torch.nn.modules.container.Sequential", "torch.nn.modules.container.ModuleList",
               "torch.nn.modules.container.ModuleDict")
-
-
-def run_refusing(ex, scenario, *args):
-    """run_scenario with the exercise's forbidden calls refused while it runs. The runner guards a student's
-    function itself, but a class is driven inside the scenario, so its checks put the guard around the scenario
-    (when grading, the kernel refuses them for the whole scenario already)."""
-    with forbidding(ex):
-        return run_scenario(scenario, *args)
 
 
 def names(pairs) -> list[str]:
@@ -600,7 +592,7 @@ def quadratic_reference(W: torch.Tensor, x: torch.Tensor, g: torch.Tensor) -> tu
 def expect_quadratic(Quadratic, in_features: int, out_features: int, x: torch.Tensor, seed: int = 0, dtype=None,
                      grads: bool = True) -> dict:
     g = torch.randn(x.shape[0], out_features, dtype=x.dtype)
-    got = run_refusing(QUADRATIC, scenarios.quadratic_report, Quadratic, in_features, out_features, x, g, seed, dtype)
+    got = run_scenario(scenarios.quadratic_report, Quadratic, in_features, out_features, x, g, seed, dtype)
     what = f"Quadratic({in_features}, {out_features})" + (f".to({dtype})" if dtype is not None else "")
     expect_quadratic_structure(got, in_features, out_features, what)
     # An alias bound before the check (`from torch import bilinear`) escapes the forbidden list; its graph does not.
@@ -620,8 +612,7 @@ def expect_quadratic(Quadratic, in_features: int, out_features: int, x: torch.Te
 @QUADRATIC.check
 def parameter_W(Quadratic):
     """Quadratic(3, 2) has one parameter, W of shape (2, 3, 3), and nothing else"""
-    got = run_refusing(QUADRATIC, scenarios.quadratic_report, Quadratic, 3, 2, torch.randn(4, 3), torch.randn(4, 2),
-                       0)
+    got = run_scenario(scenarios.quadratic_report, Quadratic, 3, 2, torch.randn(4, 3), torch.randn(4, 2), 0)
     expect_quadratic_structure(got, 3, 2, "Quadratic(3, 2)")
 
 
@@ -640,7 +631,7 @@ def gradients_for_W_and_x(Quadratic):
 
 def expect_quadratic_scale(Quadratic, in_features: int, out_features: int, seed: int) -> None:
     """W is drawn randn(out_features, in_features, in_features) / in_features."""
-    got = run_refusing(QUADRATIC, scenarios.quadratic_report, Quadratic, in_features, out_features,
+    got = run_scenario(scenarios.quadratic_report, Quadratic, in_features, out_features,
                        torch.randn(2, in_features), torch.randn(2, out_features), seed)
     what = f"Quadratic({in_features}, {out_features})"
     expect(names(got["parameters"]) == ["W"], f"{what}: parameters are {names(got['parameters'])}, expected ['W']")
