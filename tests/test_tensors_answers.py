@@ -6,7 +6,9 @@ import einops
 import pytest
 import torch
 
-from grader.runner import run_exercise
+from grader.results import ERROR
+
+from answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
 
 
 # ---------------------------------------------------------------- correct, written differently
@@ -128,9 +130,7 @@ CORRECT = [
 
 @pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{f.__name__}" for n, f in CORRECT])
 def test_correct_answers_pass_every_check(name, fn):
-    r = run_exercise(f"tensors.{name}", fn, hidden=True)
-    failing = [(c.name, c.message) for c in r.checks if not c.passed]
-    assert r.status == "passed" and not failing, failing
+    assert_passes("tensors", name, fn)
 
 
 # ---------------------------------------------------------------- plausible but wrong
@@ -200,137 +200,100 @@ class _AlwaysClose(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+W = Wrong
 WRONG = [
-    # data_ptr() is where the view starts, not the storage
-    ("same_storage", lambda x, y: x.data_ptr() == y.data_ptr()),
-    # equal values are not shared memory
-    ("same_storage", lambda x, y: x.shape == y.shape and torch.equal(x, y)),
-    # the same Python object is only one way to share
-    ("same_storage", lambda x, y: x is y),
-    # returns a tensor, not a bool
-    ("same_storage", lambda x, y: torch.tensor(x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())),
-    # forgets storage_offset
-    ("element_offset", lambda x, index: sum(i % s * st for i, s, st in zip(index, x.shape, x.stride()))),
-    # assumes row-major layout from the shape
-    ("element_offset", lambda x, index: x.storage_offset() + sum(
-        (i % s) * math.prod(x.shape[d + 1:]) for d, (i, s) in enumerate(zip(index, x.shape)))),
-    # bytes instead of elements
-    ("element_offset", lambda x, index: (x.storage_offset() + sum(
-        (i % s) * st for i, s, st in zip(index, x.shape, x.stride()))) * x.element_size()),
-    # no bounds check
-    ("element_offset", lambda x, index: x.storage_offset() + sum(
-        (i % s) * st for i, s, st in zip(index, x.shape, x.stride()))),
-    # aligns from the left
-    ("broadcast_shape", lambda a, b: tuple(max(p, q) for p, q in zip(
-        tuple(a) + (1,) * (len(b) - len(a)), tuple(b) + (1,) * (len(a) - len(b))))),
-    # max of sizes: wrong for 0, never raises
-    ("broadcast_shape", lambda a, b: tuple(reversed([max(p, q) for p, q in __import__("itertools").zip_longest(
-        reversed(a), reversed(b), fillvalue=1)]))),
-    # raises the wrong exception type
-    ("broadcast_shape", lambda a, b: tuple(torch.empty(a).add(torch.empty(b)).shape)),
-    # fixed rank 3
-    ("attention_scores", lambda q, k: torch.einsum("bid,bjd->bij", q, k)),
-    # missing transpose (works only when shapes allow; wrong values when square)
-    ("attention_scores", lambda q, k: q @ k if q.shape[-1] == k.shape[-2] else q @ k.transpose(-1, -2)),
-    # upcasts and returns float32
-    ("attention_scores", lambda q, k: q.float() @ k.float().transpose(-1, -2)),
-    # keys by queries (transposed output)
-    ("attention_scores", lambda q, k: (k @ q.transpose(-1, -2)).transpose(-1, -2).contiguous()
-     if q.shape[-2] != k.shape[-2] else k @ q.transpose(-1, -2)),
-    # (d h) instead of (h d)
-    ("split_heads", lambda x, h: einops.rearrange(x, "... s (d h) -> ... h s d", h=h)),
-    # reshape without the transpose
-    ("split_heads", lambda x, h: x.reshape(*x.shape[:-2], h, x.shape[-2], x.shape[-1] // h)),
-    # einops' own error instead of ValueError
-    ("split_heads", lambda x, h: einops.rearrange(x, "... s (h d) -> ... h s d", h=h)),
-    # view on a non-contiguous input
-    ("merge_heads", lambda x: x.transpose(-3, -2).view(*x.shape[:-3], x.shape[-2], -1)),
-    # (d h) order
-    ("merge_heads", lambda x: einops.rearrange(x, "... h s d -> ... s (d h)")),
-    # forgets the transpose
-    ("merge_heads", lambda x: x.reshape(*x.shape[:-3], x.shape[-2], -1)),
+    W("same_storage", lambda x, y: x.data_ptr() == y.data_ptr(), "views_at_an_offset",
+      "share one storage"),  # data_ptr() is where the view starts, not the storage
+    W("same_storage", lambda x, y: x.shape == y.shape and torch.equal(x, y), "copies_do_not_share",
+      "separate storages"),  # equal values are not shared memory
+    W("same_storage", lambda x, y: x is y, "views_share_storage"),  # the same Python object is only one way to share
+    W("same_storage", lambda x, y: torch.tensor(x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()),
+      "views_share_storage", "should be bool"),  # returns a tensor, not a bool
+    W("element_offset", lambda x, index: sum(i % s * st for i, s, st in zip(index, x.shape, x.stride())),
+      "sliced", "sits at storage position"),  # forgets storage_offset
+    W("element_offset", lambda x, index: x.storage_offset() + sum(
+        (i % s) * math.prod(x.shape[d + 1:]) for d, (i, s) in enumerate(zip(index, x.shape))),
+      "transposed"),  # assumes row-major layout from the shape
+    W("element_offset", lambda x, index: (x.storage_offset() + sum(
+        (i % s) * st for i, s, st in zip(index, x.shape, x.stride()))) * x.element_size(),
+      "contiguous", "returned 40"),  # bytes instead of elements
+    W("element_offset", lambda x, index: x.storage_offset() + sum(
+        (i % s) * st for i, s, st in zip(index, x.shape, x.stride())),
+      "out_of_range", "should raise IndexError"),  # no bounds check
+    W("broadcast_shape", lambda a, b: tuple(max(p, q) for p, q in zip(
+        tuple(a) + (1,) * (len(b) - len(a)), tuple(b) + (1,) * (len(a) - len(b)))),
+      "aligned_from_the_right"),  # aligns from the left
+    W("broadcast_shape", lambda a, b: tuple(reversed([max(p, q) for p, q in __import__("itertools").zip_longest(
+        reversed(a), reversed(b), fillvalue=1)])),
+      "incompatible", "should raise ValueError"),  # max of sizes: never raises
+    W("broadcast_shape", lambda a, b: tuple(reversed([max(p, q) for p, q in __import__("itertools").zip_longest(
+        reversed(a), reversed(b), fillvalue=1)])),
+      "zero_sizes", "expected (0,)"),  # max of sizes: wrong for 0
+    W("broadcast_shape", lambda a, b: tuple(torch.empty(a).add(torch.empty(b)).shape),
+      "incompatible", "but raised RuntimeError"),  # raises the wrong exception type
+    W("attention_scores", lambda q, k: torch.einsum("bid,bjd->bij", q, k), "any_batch_rank",
+      "einsum()", status=ERROR),  # fixed rank 3
+    W("attention_scores", lambda q, k: q @ k if q.shape[-1] == k.shape[-2] else q @ k.transpose(-1, -2),
+      "square", "values differ"),  # missing transpose (works only when shapes allow; wrong values when square)
+    W("attention_scores", lambda q, k: q.float() @ k.float().transpose(-1, -2), "keeps_dtype",
+      "expected torch.float64"),  # upcasts and returns float32
+    W("attention_scores", lambda q, k: (k @ q.transpose(-1, -2)).transpose(-1, -2).contiguous()
+      if q.shape[-2] != k.shape[-2] else k @ q.transpose(-1, -2),
+      "square", "values differ"),  # keys by queries (transposed output)
+    W("split_heads", lambda x, h: einops.rearrange(x, "... s (d h) -> ... h s d", h=h), "splits_the_last_dim",
+      "(head 0: features 0 to 3)"),  # (d h) instead of (h d)
+    W("split_heads", lambda x, h: x.reshape(*x.shape[:-2], h, x.shape[-2], x.shape[-1] // h),
+      "splits_the_last_dim", "values differ"),  # reshape without the transpose
+    W("split_heads", lambda x, h: einops.rearrange(x, "... s (h d) -> ... h s d", h=h), "not_divisible",
+      "should raise ValueError, but raised EinopsError"),  # einops' own error instead of ValueError
+    W("merge_heads", lambda x: x.transpose(-3, -2).view(*x.shape[:-3], x.shape[-2], -1), "inverts_split",
+      "view size is not compatible", status=ERROR),  # view on a non-contiguous input
+    W("merge_heads", lambda x: einops.rearrange(x, "... h s d -> ... s (d h)"), "merge_any_leading_dims",
+      "(should be head 0)"),  # (d h) order
+    W("merge_heads", lambda x: x.reshape(*x.shape[:-3], x.shape[-2], -1), "inverts_split",
+      "with head 0 ="),  # forgets the transpose
     # hostile or careless: changes the inputs, or returns a tensor that lies about equality
-    ("split_heads", _split_then_wipe),
-    ("attention_scores", _scores_zeroing_inputs),
-    ("attention_scores", lambda q, k: torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(_AlwaysClose)),
+    W("split_heads", _split_then_wipe, "splits_the_last_dim", "changed its input in place"),
+    W("attention_scores", _scores_zeroing_inputs, "one_batch_dim", "changed its input in place"),
+    W("attention_scores", lambda q, k: torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(_AlwaysClose),
+      "one_batch_dim", "should be a plain torch.Tensor"),
     # shortcuts that read the answer off a library (issue 15). from_the_layout_alone hands element_offset an
-    # object with only shape, stride() and storage_offset(): nothing to index.
-    ("element_offset", _offset_by_indexing),
-    ("element_offset", lambda x, index: x.select(0, index[0]).storage_offset() + sum(
-        (i % s) * st for i, s, st in zip(index[1:], x.shape[1:], x.stride()[1:]))),
-    # the broadcast_shape forbid list names these: the check fails with "must do this itself, not call numpy..."
-    ("broadcast_shape", lambda a, b: __import__("numpy").broadcast_shapes(a, b)),
-    ("broadcast_shape", _broadcast_by_an_alias),
-    ("broadcast_shape", lambda a, b: __import__("numpy").broadcast(__import__("numpy").empty(a),
-                                                                    __import__("numpy").empty(b)).shape),
-    ("broadcast_shape", _broadcast_by_expanding),
-    # meta tensors: their broadcast runs torch._refs._broadcast_shapes (forbidden); sizes_no_array_could_have too
-    ("broadcast_shape", _broadcast_by_meta_tensors),
-    # torch._C._is_alias_of answers the question outright: forbidden
-    ("same_storage", lambda x, y: torch._C._is_alias_of(x, y)),
-    # the same storage, offset, sizes and strides: x and x[1:] share a storage but are not "set to" each other
-    ("same_storage", lambda x, y: x.is_set_to(y)),
-    # issue 16's shortcut sweep: the broadcast rule from torch._refs (forbidden), an offset read off narrow()
-    ("broadcast_shape", _broadcast_by_refs),
-    ("broadcast_shape", lambda a, b: tuple(torch._refs.broadcast_shapes(a, b))),
-    ("element_offset", _offset_by_narrowing),
-]
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_plausible_wrong_answers_fail(name, fn):
-    r = run_exercise(f"tensors.{name}", fn, hidden=True)
-    assert r.status in ("failed", "error") and r.score < r.points
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_wrong_answers_get_a_readable_message(name, fn):
-    r = run_exercise(f"tensors.{name}", fn)
-    for c in r.checks:
-        if not c.passed:
-            assert c.message and "Traceback" not in c.message and len(c.message) < 600
-
-
-def test_public_checks_catch_the_classic_mistakes():
-    """The mistakes the chapter warns about are caught before grading, not only by hidden checks."""
-    for name, fn in [WRONG[0], WRONG[4], WRONG[5], WRONG[8], WRONG[11], WRONG[15], WRONG[17]]:
-        r = run_exercise(f"tensors.{name}", fn)
-        assert r.status != "passed", name
-
-
-SHORTCUTS = [  # (exercise, answer, the public check that catches it, words of its message)
-    ("element_offset", _offset_by_indexing, "from_the_layout_alone", "not subscriptable"),
-    ("broadcast_shape", lambda a, b: __import__("numpy").broadcast_shapes(a, b), "same_rank",
-     "not call numpy.broadcast_shapes"),
-    ("broadcast_shape", _broadcast_by_an_alias, "same_rank", "not call numpy.broadcast_shapes"),
-    ("broadcast_shape", _broadcast_by_expanding, "same_rank", "not call torch.broadcast_tensors"),
+    # object with only shape, stride() and storage_offset(): nothing to index, narrow or select.
+    W("element_offset", _offset_by_indexing, "from_the_layout_alone", "not subscriptable"),
+    W("element_offset", lambda x, index: x.select(0, index[0]).storage_offset() + sum(
+        (i % s) * st for i, s, st in zip(index[1:], x.shape[1:], x.stride()[1:])),
+      "from_the_layout_alone", "no attribute 'select'"),
+    W("element_offset", _offset_by_narrowing, "from_the_layout_alone", "no attribute 'narrow'"),
+    # the broadcast_shape forbid list names these: the check fails with "must do this itself, not call ..."
+    W("broadcast_shape", lambda a, b: __import__("numpy").broadcast_shapes(a, b), "same_rank",
+      "not call numpy.broadcast_shapes"),
+    W("broadcast_shape", _broadcast_by_an_alias, "same_rank", "not call numpy.broadcast_shapes"),
+    W("broadcast_shape", lambda a, b: __import__("numpy").broadcast(__import__("numpy").empty(a),
+                                                                    __import__("numpy").empty(b)).shape,
+      "same_rank", "not call numpy.broadcast"),
+    W("broadcast_shape", _broadcast_by_expanding, "same_rank", "not call torch.broadcast_tensors"),
     # meta tensors broadcast through torch._refs' Python rule, which is forbidden; were it not, the shapes of
     # sizes_no_array_could_have (2**40 x 2**40, 2**70, 70 dimensions) would still fail them
-    ("broadcast_shape", _broadcast_by_meta_tensors, "same_rank", "not call torch._refs._broadcast_shapes"),
-    ("same_storage", lambda x, y: torch._C._is_alias_of(x, y), "views_share_storage",
-     "not call torch._C._is_alias_of"),
-    ("broadcast_shape", _broadcast_by_refs, "same_rank", "not call torch._refs._broadcast_shapes"),
-    ("broadcast_shape", lambda a, b: tuple(torch._refs.broadcast_shapes(a, b)), "same_rank",
-     "not call torch._refs.broadcast_shapes"),
-    ("element_offset", _offset_by_narrowing, "from_the_layout_alone", "no attribute 'narrow'"),
+    W("broadcast_shape", _broadcast_by_meta_tensors, "same_rank", "not call torch._refs._broadcast_shapes"),
+    W("broadcast_shape", _broadcast_by_refs, "same_rank", "not call torch._refs._broadcast_shapes"),
+    W("broadcast_shape", lambda a, b: tuple(torch._refs.broadcast_shapes(a, b)), "same_rank",
+      "not call torch._refs.broadcast_shapes"),
+    # torch._C._is_alias_of answers the question outright: forbidden
+    W("same_storage", lambda x, y: torch._C._is_alias_of(x, y), "views_share_storage",
+      "not call torch._C._is_alias_of"),
+    # the same storage, offset, sizes and strides: x and x[1:] share a storage but are not "set to" each other
+    W("same_storage", lambda x, y: x.is_set_to(y), "views_at_an_offset", "share one storage"),
 ]
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
+def test_each_wrong_answer_is_caught_by_its_check(wrong):
+    assert_caught("tensors", wrong)
 
 
 def test_the_refs_shortcut_would_pass_without_the_forbid_list(monkeypatch):
     """torch._refs._broadcast_shapes really does the whole job, huge shapes included: only the forbid list stops it."""
-    from grader import registry
-    monkeypatch.setattr(registry.load().get("tensors.broadcast_shape"), "forbid", ())
-    r = run_exercise("tensors.broadcast_shape", _broadcast_by_refs, hidden=True)
-    assert r.status == "passed", [(c.name, c.message) for c in r.checks if not c.passed]
+    passes_without_forbid(monkeypatch, "tensors", "broadcast_shape", _broadcast_by_refs)
     # meta tensors still fail without it: no tensor can have the shapes of sizes_no_array_could_have
-    r = run_exercise("tensors.broadcast_shape", _broadcast_by_meta_tensors)
-    failed = {c.name: c.message for c in r.checks if not c.passed}
-    assert "needs no tensor or array" in failed.get("sizes_no_array_could_have", ""), failed
-
-
-@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[2]}-{i}" for i, s in enumerate(SHORTCUTS)])
-def test_public_checks_name_the_shortcut(name, fn, check, words):
-    """A shortcut fails a public check, whose message says what was wrong, before any grading."""
-    r = run_exercise(f"tensors.{name}", fn)
-    failed = {c.name: c.message for c in r.checks if not c.passed}
-    assert check in failed and words in failed[check], failed
+    assert_caught("tensors", Wrong("broadcast_shape", _broadcast_by_meta_tensors, "sizes_no_array_could_have",
+                                   "needs no tensor or array"))
