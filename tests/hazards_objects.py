@@ -12,24 +12,11 @@ from pathlib import Path
 
 import nbformat
 
+from tests.hazards import solved
+
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRAD = ["linear_loss_grad", "vjp", "jacobian", "silu", "gradient_norm_penalty", "accumulate_step"]
 DDP = ["ring_allreduce", "allreduce_traffic", "zero_memory", "shard_indices", "average_gradients", "ddp_train"]
-
-
-def solved(stem: str, drop_measurements: bool = False) -> nbformat.NotebookNode:
-    """The solution as a student would hand it in (no solution-only cells, no outputs); optionally without
-    its measure-it section, as a student may delete it (it only costs grading time)."""
-    nb = nbformat.read(ROOT / "solutions" / f"{stem}.ipynb", as_version=4)
-    cells = [c for c in nb.cells if "solution-only" not in c.get("metadata", {}).get("tags", [])]
-    if drop_measurements:
-        cut = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "Measure it" in c.source)
-        cells = cells[:cut]
-    nb.cells = cells
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    return nb
 
 
 def replace_cell(nb: nbformat.NotebookNode, pattern: str, source: str) -> nbformat.NotebookNode:
@@ -90,7 +77,7 @@ def backward_hangs(d: Path) -> None:
 
 def ddp_rank_hangs(d: Path) -> None:
     """Rank 1 of the data-parallel run joins the group, then never takes part; ddp_train waits 10 minutes."""
-    nb = solved("10_ddp", drop_measurements=True)
+    nb = solved("10_ddp")
     worker = ("%%writefile ddp_worker.py\nimport datetime, time\nimport torch.distributed as dist\n\n\n"
               "def train_worker(rank, world_size, steps, lr, seed):\n"
               "    dist.init_process_group('gloo', rank=rank, world_size=world_size,\n"
@@ -107,7 +94,7 @@ def ddp_rank_hangs(d: Path) -> None:
 
 
 def ddp_solved(d: Path) -> None:
-    write(solved("10_ddp", drop_measurements=True), d / "10_ddp.ipynb")
+    write(solved("10_ddp"), d / "10_ddp.ipynb")
 
 
 def control_autograd(d: Path) -> None:

@@ -8,7 +8,7 @@ import torch
 
 from grader.results import ERROR
 
-from answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
+from tests.answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
 
 
 # ---------------------------------------------------------------- correct, written differently
