@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from grader import registry
-from grader.runner import run_check, run_exercise
+from grader.results import ERROR
+from grader.runner import run_check
+
+from answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
 
 MASK = -65536  # 0xFFFF0000 as an int32
 
@@ -160,9 +163,7 @@ CORRECT = [
 
 @pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CORRECT)])
 def test_correct_answers_pass_every_check(name, fn):
-    r = run_exercise(f"dtypes.{name}", fn, hidden=True)
-    failing = [(c.name, c.message) for c in r.checks if not c.passed]
-    assert r.status == "passed" and not failing, failing
+    assert_passes("dtypes", name, fn)
 
 
 # ---------------------------------------------------------------- plausible but wrong
@@ -429,148 +430,118 @@ def scale_by_gradscaler(scale, found_inf, good_steps, growth_interval=2000):
     return scale_by_amp_op(scale, found_inf, good_steps, growth_interval)
 
 
-WRONG = [
-    # 0-7: the smallest normal (finfo.tiny) for the smallest subnormal, and other misreadings
-    ("smallest_subnormal", lambda d: torch.finfo(d).tiny),
-    ("smallest_subnormal", lambda d: torch.finfo(d).smallest_normal),
-    ("smallest_subnormal", lambda d: torch.finfo(d).eps),
-    ("smallest_subnormal", lambda d: 0.0),
-    ("smallest_subnormal", lambda d: torch.tensor(torch.finfo(d).smallest_normal * torch.finfo(d).eps)),
-    ("smallest_subnormal", lambda d: torch.finfo(d).smallest_normal * torch.finfo(d).eps / 2),  # off by one bit
-    ("smallest_subnormal", lambda d: torch.finfo(d).tiny / 2),
-    ("smallest_subnormal", lambda d: torch.finfo(d).resolution),
-    # 8: truncating instead of rounding, then ties away from zero, NaN mistakes, overflow and zeros
-    ("round_to_bf16", round_truncate), ("round_to_bf16", round_half_up), ("round_to_bf16", round_nan_careless),
-    ("round_to_bf16", round_nan_to_inf), ("round_to_bf16", round_nan_to_zero), ("round_to_bf16", round_saturates),
-    ("round_to_bf16", round_loses_sign_of_zero), ("round_to_bf16", round_flushes_subnormals),
-    ("round_to_bf16", round_contiguous_only), ("round_to_bf16", round_returns_bits),
-    # 18: torch's own conversion, however it is spelled
-    ("round_to_bf16", round_with_torch_method), ("round_to_bf16", lambda x: x.to(torch.bfloat16)),
-    ("round_to_bf16", round_with_torch_to),
-    ("round_to_bf16", lambda x: x.type(torch.bfloat16).float()),
-    ("round_to_bf16", round_via_copy_into_bf16), ("round_to_bf16", round_via_aten),
-    # 24: careless or hostile
-    ("round_to_bf16", round_in_place),
-    ("round_to_bf16", lambda x: torch.zeros_like(x).as_subclass(_AlwaysClose)),
-    # 26: sums that are not sequential, not in the dtype, or not what was asked
-    ("sequential_sum", seq_pairwise), ("sequential_sum", lambda v, d: v.to(d).cumsum(0)[-1]),
-    ("sequential_sum", seq_in_float32), ("sequential_sum", seq_python_float),
-    ("sequential_sum", seq_float64_accumulator), ("sequential_sum", seq_not_converted_first),
-    ("sequential_sum", seq_shape_one), ("sequential_sum", seq_from_first_value),
-    ("sequential_sum", lambda v, d: float(sequential_python_loop(v, d))),
-    # 35: Kahan in a wider dtype, naive, signs, types
-    ("kahan_sum", sequential_python_loop), ("kahan_sum", kahan_in_float32), ("kahan_sum", kahan_in_float64),
-    ("kahan_sum", kahan_compensation_in_float32), ("kahan_sum", kahan_wrong_sign),
-    ("kahan_sum", kahan_returns_dtype_float32), ("kahan_sum", lambda v, d: float(kahan_named(v, d))),
-    ("kahan_sum", lambda v, d: v.to(d).sum()),
-    # 43: the loss-scale rule
-    ("update_loss_scale", scale_no_reset), ("update_loss_scale", scale_grows_late),
-    ("update_loss_scale", scale_grows_early), ("update_loss_scale", scale_keeps_count),
-    ("update_loss_scale", lambda s, f, g, growth_interval=2000: (s * 0.5, 0) if f else (s * 2, 0)),
-    ("update_loss_scale", scale_integer_halving), ("update_loss_scale", scale_float_count),
-    ("update_loss_scale", scale_count_from_one),
-    ("update_loss_scale", lambda s, f, g, growth_interval=2000: list(scale_rule_compact(s, f, g, growth_interval))),
-    # 52: library calls that do the whole job (issue 16's shortcut sweep); SHORTCUTS below names the check and message
-    ("smallest_subnormal", subnormal_by_nextafter), ("smallest_subnormal", subnormal_by_tensor_nextafter),
-    ("smallest_subnormal", subnormal_by_numpy_finfo), ("smallest_subnormal", subnormal_by_math_ulp),
-    ("sequential_sum", seq_by_fsum), ("kahan_sum", kahan_by_fsum), ("kahan_sum", lambda v, d: v.to(d).cumsum(0)[-1]),
-    ("update_loss_scale", scale_by_amp_op), ("update_loss_scale", scale_by_gradscaler),
-]
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_plausible_wrong_answers_fail(name, fn):
-    r = run_exercise(f"dtypes.{name}", fn, hidden=True)
-    assert r.status in ("failed", "error") and r.score < r.points
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_wrong_answers_get_a_readable_message(name, fn):
-    r = run_exercise(f"dtypes.{name}", fn)
-    for c in r.checks:
-        if not c.passed:
-            assert c.message and "Traceback" not in c.message and len(c.message) < 600
-
-
 def subnormal_is_tiny(dtype):
     return torch.finfo(dtype).tiny
 
 
-CLASSIC = {  # the mistakes the chapter warns about, which the public checks alone must catch
-    "the smallest normal for the smallest subnormal": ("smallest_subnormal", subnormal_is_tiny),
-    "truncating instead of rounding": ("round_to_bf16", round_truncate),
-    "ties away from zero": ("round_to_bf16", round_half_up),
-    "NaN payload carried into the exponent": ("round_to_bf16", round_nan_careless),
-    "torch's own conversion": ("round_to_bf16", round_with_torch_method),
-    "torch's conversion through .to": ("round_to_bf16", round_with_torch_to),
-    "a pairwise sum": ("sequential_sum", seq_pairwise),
-    "a float64 accumulator": ("sequential_sum", seq_python_float),
-    "values not converted first": ("sequential_sum", seq_not_converted_first),
-    "Kahan in float32": ("kahan_sum", kahan_in_float32),
-    "Kahan in float64": ("kahan_sum", kahan_in_float64),
-    "the naive sum as Kahan": ("kahan_sum", sequential_python_loop),
-    "no reset on overflow": ("update_loss_scale", scale_no_reset),
-    "growth one step late": ("update_loss_scale", scale_grows_late),
-    "growth one step early": ("update_loss_scale", scale_grows_early),
-    "the count kept after growth": ("update_loss_scale", scale_keeps_count),
-    "integer halving": ("update_loss_scale", scale_integer_halving),
-}
-assert all(entry in WRONG for entry in CLASSIC.values() if entry[1] is not subnormal_is_tiny)
-
-
-@pytest.mark.parametrize("mistake", list(CLASSIC))
-def test_public_checks_catch_the_classic_mistakes(mistake):
-    name, fn = CLASSIC[mistake]
-    assert run_exercise(f"dtypes.{name}", fn).status != "passed", mistake
-
-
-SHORTCUTS = [  # (exercise, answer, the public check that catches it, words of its message)
-    ("smallest_subnormal", subnormal_by_nextafter, "float32_and_float16", "not call torch.nextafter"),
-    ("smallest_subnormal", subnormal_by_tensor_nextafter, "float32_and_float16", "not call torch.Tensor.nextafter"),
-    ("smallest_subnormal", subnormal_by_numpy_finfo, "float32_and_float16", "not call numpy.finfo"),
-    ("smallest_subnormal", subnormal_by_math_ulp, "float64", "not call math.ulp"),
-    ("sequential_sum", seq_pairwise, "drifts_in_float16", "not call torch.Tensor.sum"),
-    ("sequential_sum", seq_by_fsum, "drifts_in_float16", "not call math.fsum"),
-    ("sequential_sum", lambda v, d: v.to(d).cumsum(0)[-1], "drifts_in_float16", "not call torch.Tensor.cumsum"),
-    ("kahan_sum", lambda v, d: v.to(d).sum(), "stays_near_ten", "not call torch.Tensor.sum"),
-    ("kahan_sum", lambda v, d: torch.sum(v.to(d)), "stays_near_ten", "not call torch.sum"),
-    ("kahan_sum", kahan_by_fsum, "stays_near_ten", "not call math.fsum"),
-    ("update_loss_scale", scale_by_amp_op, "halves_and_resets_on_overflow", "not call torch._amp_update_scale_"),
-    ("update_loss_scale", scale_by_gradscaler, "halves_and_resets_on_overflow", "not call torch.amp.GradScaler"),
-    ("round_to_bf16", round_with_torch_method, "exact_values_stay", "not call torch.Tensor.bfloat16"),
-    ("round_to_bf16", round_with_torch_to, "exact_values_stay", "made a bfloat16 tensor"),
+W = Wrong
+WRONG = [
+    # the smallest normal (finfo.tiny) for the smallest subnormal, and other misreadings
+    W("smallest_subnormal", subnormal_is_tiny, "float32_and_float16", "that is the smallest *normal* number"),
+    W("smallest_subnormal", lambda d: torch.finfo(d).smallest_normal, "float32_and_float16",
+      "that is the smallest *normal* number"),
+    W("smallest_subnormal", lambda d: torch.finfo(d).eps, "float32_and_float16", "half of it is still nonzero"),
+    W("smallest_subnormal", lambda d: 0.0, "float32_and_float16", "the smallest subnormal is a positive number"),
+    W("smallest_subnormal", lambda d: torch.tensor(torch.finfo(d).smallest_normal * torch.finfo(d).eps),
+      "float32_and_float16", "should be float, got float32 tensor"),
+    W("smallest_subnormal", lambda d: torch.finfo(d).smallest_normal * torch.finfo(d).eps / 2,
+      "float32_and_float16", "which float32 cannot hold exactly"),  # off by one bit
+    W("smallest_subnormal", lambda d: torch.finfo(d).tiny / 2, "float32_and_float16", "half of it is still nonzero"),
+    W("smallest_subnormal", lambda d: torch.finfo(d).resolution, "float32_and_float16",
+      "which float32 cannot hold exactly"),
+    # truncating instead of rounding (the message shows the value, what it became and the nearest bfloat16, in
+    # bits too), then ties away from zero, NaN mistakes, overflow and zeros
+    W("round_to_bf16", round_truncate, "rounds_to_nearest",
+      "(0x3dcccccd) became 0.099609375 (0x3dcc0000); the nearest bfloat16"),
+    W("round_to_bf16", round_half_up, "ties_to_even", "the nearest bfloat16 (ties to even) is 1.0 (0x3f800000)"),
+    W("round_to_bf16", round_nan_careless, "nan_stays_nan", "a NaN must stay NaN"),
+    W("round_to_bf16", round_nan_to_inf, "nan_stays_nan", "a NaN must stay NaN"),
+    W("round_to_bf16", round_nan_to_zero, "nan_stays_nan", "a NaN must stay NaN"),
+    W("round_to_bf16", round_saturates, "infinities_and_overflow", "the nearest bfloat16 (ties to even) is inf"),
+    W("round_to_bf16", round_loses_sign_of_zero, "exact_values_stay", "the sign of zero counts too"),
+    W("round_to_bf16", round_flushes_subnormals, "subnormals", "became 0.0 (0x00000000)"),
+    # a view on a non-contiguous input: only a hidden layout check hands it one that view(-1) refuses
+    W("round_to_bf16", round_contiguous_only, "shapes_and_layouts", "view size is not compatible", status=ERROR),
+    W("round_to_bf16", round_returns_bits, "exact_values_stay", "has dtype torch.int32, expected torch.float32"),
+    # torch's own conversion, however it is spelled
+    W("round_to_bf16", round_with_torch_method, "exact_values_stay", "not call torch.Tensor.bfloat16"),
+    W("round_to_bf16", lambda x: x.to(torch.bfloat16), "exact_values_stay", "has dtype torch.bfloat16"),
+    W("round_to_bf16", round_with_torch_to, "exact_values_stay", "made a bfloat16 tensor"),
+    W("round_to_bf16", lambda x: x.type(torch.bfloat16).float(), "exact_values_stay", "made a bfloat16 tensor"),
+    W("round_to_bf16", round_via_copy_into_bf16, "exact_values_stay", "made a bfloat16 tensor"),
+    W("round_to_bf16", round_via_aten, "exact_values_stay", "made a bfloat16 tensor"),
+    # careless or hostile
+    W("round_to_bf16", round_in_place, "rounds_to_nearest", "changed its input in place"),
+    W("round_to_bf16", lambda x: torch.zeros_like(x).as_subclass(_AlwaysClose), "exact_values_stay",
+      "should be a plain torch.Tensor"),
+    # sums that are not sequential, not in the dtype, or not what was asked
+    W("sequential_sum", seq_pairwise, "drifts_in_float16", "not call torch.Tensor.sum"),
+    W("sequential_sum", lambda v, d: v.to(d).cumsum(0)[-1], "drifts_in_float16", "not call torch.Tensor.cumsum"),
+    W("sequential_sum", seq_in_float32, "drifts_in_float16", "rounding every partial sum to float16"),
+    W("sequential_sum", seq_python_float, "drifts_in_float16", "rounding every partial sum to float16"),
+    W("sequential_sum", seq_float64_accumulator, "stalls_when_the_step_is_too_small", "expected 2048.0"),
+    W("sequential_sum", seq_not_converted_first, "converts_each_value_first", "convert each value to the dtype first"),
+    W("sequential_sum", seq_shape_one, "drifts_in_float16", "has shape (1,), expected ()"),
+    W("sequential_sum", seq_from_first_value, "empty_is_zero", "index 0 is out of bounds", status=ERROR),
+    W("sequential_sum", lambda v, d: float(sequential_python_loop(v, d)), "drifts_in_float16",
+      "should be a tensor, got float"),
+    # Kahan: naive, in a wider dtype, signs, types
+    W("kahan_sum", sequential_python_loop, "stays_near_ten", "carry each addition's rounding error"),
+    W("kahan_sum", kahan_in_float32, "every_operation_in_the_dtype", "hold the sum and the compensation in float16"),
+    W("kahan_sum", kahan_in_float64, "every_operation_in_the_dtype", "hold the sum and the compensation in float16"),
+    W("kahan_sum", kahan_compensation_in_float32, "every_operation_in_the_dtype",
+      "hold the sum and the compensation in float16"),
+    W("kahan_sum", kahan_wrong_sign, "stays_near_ten", "returned 11.9140625, expected 10.0"),
+    W("kahan_sum", kahan_returns_dtype_float32, "stays_near_ten", "has dtype torch.float32, expected torch.float16"),
+    W("kahan_sum", lambda v, d: float(kahan_named(v, d)), "stays_near_ten", "should be a tensor, got float"),
+    # the loss-scale rule
+    W("update_loss_scale", scale_no_reset, "halves_and_resets_on_overflow", "GradScaler's rule gives (512.0, 0)"),
+    W("update_loss_scale", scale_grows_late, "doubles_after_interval_clean_steps",
+      "returned (8.0, 3) at step 2; GradScaler's rule gives (16.0, 0)"),
+    W("update_loss_scale", scale_grows_early, "doubles_after_interval_clean_steps",
+      "returned (16.0, 0) at step 1; GradScaler's rule gives (8.0, 2)"),
+    W("update_loss_scale", scale_keeps_count, "doubles_after_interval_clean_steps",
+      "returned (16.0, 3) at step 2; GradScaler's rule gives (16.0, 0)"),
+    W("update_loss_scale", lambda s, f, g, growth_interval=2000: (s * 0.5, 0) if f else (s * 2, 0),
+      "halves_and_resets_on_overflow", "returned (2048.0, 0) at step 0"),  # doubles on every clean step
+    W("update_loss_scale", scale_integer_halving, "scale_below_one", "returned (0.0, 0)"),
+    W("update_loss_scale", scale_float_count, "halves_and_resets_on_overflow", "good_steps should be int, got float"),
+    W("update_loss_scale", scale_count_from_one, "halves_and_resets_on_overflow",
+      "returned (512.0, 1) at step 2; GradScaler's rule gives (512.0, 0)"),
+    W("update_loss_scale", lambda s, f, g, growth_interval=2000: list(scale_rule_compact(s, f, g, growth_interval)),
+      "halves_and_resets_on_overflow", "should be tuple, got list"),
+    # library calls that do the whole job (issue 16's shortcut sweep): a public check names the call
+    W("smallest_subnormal", subnormal_by_nextafter, "float32_and_float16", "not call torch.nextafter"),
+    W("smallest_subnormal", subnormal_by_tensor_nextafter, "float32_and_float16", "not call torch.Tensor.nextafter"),
+    W("smallest_subnormal", subnormal_by_numpy_finfo, "float32_and_float16", "not call numpy.finfo"),
+    W("smallest_subnormal", subnormal_by_math_ulp, "float64", "not call math.ulp"),
+    W("sequential_sum", seq_by_fsum, "drifts_in_float16", "not call math.fsum"),
+    W("kahan_sum", lambda v, d: v.to(d).sum(), "stays_near_ten", "not call torch.Tensor.sum"),
+    W("kahan_sum", lambda v, d: torch.sum(v.to(d)), "stays_near_ten", "not call torch.sum"),
+    W("kahan_sum", kahan_by_fsum, "stays_near_ten", "not call math.fsum"),
+    W("kahan_sum", lambda v, d: v.to(d).cumsum(0)[-1], "stays_near_ten", "not call torch.Tensor.cumsum"),
+    W("update_loss_scale", scale_by_amp_op, "halves_and_resets_on_overflow", "not call torch._amp_update_scale_"),
+    W("update_loss_scale", scale_by_gradscaler, "halves_and_resets_on_overflow", "not call torch.amp.GradScaler"),
 ]
+LEFT_TO_HIDDEN = {round_contiguous_only}  # every other wrong answer fails a public check, before any grading
 
 
-@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[2]}-{i}" for i, s in enumerate(SHORTCUTS)])
-def test_public_checks_name_the_shortcut(name, fn, check, words):
-    """A whole-job library call fails a public check whose message names it, before any grading."""
-    r = run_exercise(f"dtypes.{name}", fn)
-    failed = {c.name: c.message for c in r.checks if not c.passed}
-    assert check in failed and words in failed[check], failed
+@pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
+def test_each_wrong_answer_is_caught_by_its_check(wrong):
+    """The mistakes the chapter warns about (the smallest normal, truncation, ties away from zero, NaN payloads,
+    torch's own conversion, a pairwise sum, Kahan in a wider dtype, the loss-scale rule's off-by-ones) are caught by
+    the check named, a public one: the student sees it in the notebook."""
+    assert_caught("dtypes", wrong, public_only=wrong.answer not in LEFT_TO_HIDDEN)
 
 
-def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch):
+@pytest.mark.parametrize("name,fn", [("smallest_subnormal", subnormal_by_nextafter),
+                                     ("smallest_subnormal", subnormal_by_numpy_finfo),
+                                     ("smallest_subnormal", subnormal_by_math_ulp),
+                                     ("update_loss_scale", scale_by_amp_op)],
+                         ids=["nextafter", "numpy_finfo", "math_ulp", "amp_update_scale"])
+def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, name, fn):
     """The forbidden calls really do the whole job (else forbidding them would prove nothing)."""
-    for name, fn in [("smallest_subnormal", subnormal_by_nextafter), ("smallest_subnormal", subnormal_by_numpy_finfo),
-                     ("smallest_subnormal", subnormal_by_math_ulp), ("update_loss_scale", scale_by_amp_op)]:
-        monkeypatch.setattr(registry.load().get(f"dtypes.{name}"), "forbid", ())
-        r = run_exercise(f"dtypes.{name}", fn, hidden=True)
-        assert r.status == "passed", (name, fn.__name__, [(c.name, c.message) for c in r.checks if not c.passed])
-
-
-def test_the_messages_name_the_mistake():
-    """Truncation shows the value, what it became and the nearest bfloat16; a conversion is named as such."""
-    def first_failure(name, fn):
-        return next(c.message for c in run_exercise(f"dtypes.{name}", fn).checks if not c.passed)
-
-    msg = first_failure("round_to_bf16", round_truncate)
-    assert "became" in msg and "nearest bfloat16" in msg and "0x" in msg
-    assert "bfloat16 tensor" in first_failure("round_to_bf16", lambda x: x.to(torch.bfloat16).to(torch.float32))
-    assert "torch.Tensor.bfloat16" in first_failure("round_to_bf16", round_with_torch_method)
-    assert "smallest *normal*" in first_failure("smallest_subnormal", subnormal_is_tiny)
-    assert "NaN must stay NaN" in first_failure("round_to_bf16", round_nan_careless)
-    assert "GradScaler's rule gives" in first_failure("update_loss_scale", scale_no_reset)
+    passes_without_forbid(monkeypatch, "dtypes", name, fn)
 
 
 # ---------------------------------------------------------------- graded in a real kernel

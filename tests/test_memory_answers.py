@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from grader.results import ERROR
 from grader.runner import run_exercise
+
+from answers import Wrong, assert_caught, assert_passes, failures, ids
+
+W = Wrong
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -174,36 +179,50 @@ def _params(block, d, f):
 
 # The named mistakes, each with the public check that catches it first and what its message says.
 ACTIVATION_WRONG = {
-    "forgets the GELU input": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=d + f,
-                                                               per_token=8 * d + f + 4),
-                               "tiny_blocks_by_hand", "GELU saves its input"),
-    "counts parameters as activations": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t,
-                                                                          extra=_params(B, d, f) * t.itemsize),
-                                         "tiny_blocks_by_hand", "counts the parameters"),
-    "forgets the dtype size (elements)": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=1),
-                                          "tiny_blocks_by_hand", "counts elements"),
-    "always 4 bytes per value": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=4),
-                                 "agrees_with_saved_tensors_hooks", "returned"),
-    "softmax output once, not per head": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=b * s * s),
-                                          "tiny_blocks_by_hand", "every one of the n_heads heads"),
-    "softmax output counted twice": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=2 * b * h * s * s),
-                                     "tiny_blocks_by_hand", "counted twice"),
-    "forgets the softmax output": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=0),
-                                   "tiny_blocks_by_hand", "softmax output is missing"),
-    "forgets the causal mask": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=0),
-                                "tiny_blocks_by_hand", "causal mask is missing"),
-    "mask in the dtype": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=s * s * t.itemsize),
-                          "tiny_blocks_by_hand", "1 byte per entry"),
-    "mask per sequence and head": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=b * h * s * s),
-                                   "tiny_blocks_by_hand", "shared by the batch and heads"),
-    "forgets the LayerNorm statistics": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=8 * d + 2 * f),
-                                         "tiny_blocks_by_hand", "statistics are missing"),
-    "forgets q, k, v": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=5 * d + 2 * f + 4),
-                        "tiny_blocks_by_hand", "q, k and v are missing"),
-    "forgets the block's input": (lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=2 * f,
-                                                                   per_token=7 * d + 2 * f + 4),
-                                  "tiny_blocks_by_hand", "d_model-wide tensor per token missing"),
-    "a float": (lambda B, b, s, d, h, f, t: float(_act(B, b, s, d, h, f, t)), "tiny_blocks_by_hand", "Python int"),
+    "forgets the GELU input": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=d + f,
+                                                             per_token=8 * d + f + 4),
+        "tiny_blocks_by_hand", "GELU saves its input"),
+    "counts parameters as activations": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, extra=_params(B, d, f) * t.itemsize),
+        "tiny_blocks_by_hand", "counts the parameters"),
+    "forgets the dtype size (elements)": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=1),
+        "tiny_blocks_by_hand", "counts elements"),
+    "always 4 bytes per value": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=4),
+        "agrees_with_saved_tensors_hooks", "returned 2,880; autograd saves 1,440 bytes"),
+    "softmax output once, not per head": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=b * s * s),
+        "tiny_blocks_by_hand", "every one of the n_heads heads"),
+    "softmax output counted twice": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=2 * b * h * s * s),
+        "tiny_blocks_by_hand", "counted twice"),
+    "forgets the softmax output": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=0),
+        "tiny_blocks_by_hand", "softmax output is missing"),
+    "forgets the causal mask": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=0),
+        "tiny_blocks_by_hand", "causal mask is missing"),
+    "mask in the dtype": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=s * s * t.itemsize),
+        "tiny_blocks_by_hand", "1 byte per entry"),
+    "mask per sequence and head": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=b * h * s * s),
+        "tiny_blocks_by_hand", "shared by the batch and heads"),
+    "forgets the LayerNorm statistics": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=8 * d + 2 * f),
+        "tiny_blocks_by_hand", "statistics are missing"),
+    "forgets q, k, v": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=5 * d + 2 * f + 4),
+        "tiny_blocks_by_hand", "q, k and v are missing"),
+    "forgets the block's input": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=2 * f,
+                                                             per_token=7 * d + 2 * f + 4),
+        "tiny_blocks_by_hand", "d_model-wide tensor per token missing"),
+    "a float": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t: float(_act(B, b, s, d, h, f, t)),
+        "tiny_blocks_by_hand", "Python int"),
 }
 
 
@@ -222,9 +241,7 @@ def activation_recorded_by_path(block, batch, seq, d_model, n_heads, d_ff, dtype
 
 @pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CORRECT)])
 def test_correct_answers_pass_every_check(name, fn):
-    r = run_exercise(f"memory.{name}", fn, hidden=True)
-    failing = [(c.name, c.message) for c in r.checks if not c.passed]
-    assert r.status == "passed" and not failing, failing
+    assert_passes("memory", name, fn)
 
 
 # ---------------------------------------------------------------- plausible but wrong
@@ -377,82 +394,100 @@ class _Small(torch.Tensor):
         return super().clone().untyped_storage()
 
 
+def usage_four_bytes_each(x):
+    return x.numel() * 4  # float32's size for every dtype
+
+
+def usage_of_the_storage(x):
+    return x.untyped_storage().nbytes()  # the storage of a view, not the view's own elements
+
+
+def compact_by_contiguous(x):
+    return x.contiguous()  # returns the view itself: it is already contiguous
+
+
 WRONG = [
-    ("get_memory_usage", lambda x: x.numel() * 4),                       # 0: float32's size for every dtype
-    ("get_memory_usage", lambda x: x.untyped_storage().nbytes()),        # 1: the storage of a view
-    ("get_memory_usage", lambda x: float(x.numel() * x.element_size())),
-    ("get_memory_usage", lambda x: torch.tensor(x.numel() * x.element_size())),
-    ("get_memory_usage", lambda x: x.numel()),                           # elements, not bytes
-    ("get_memory_usage", lambda x: sys.getsizeof(x)),
-    ("get_memory_usage", lambda x: np.int64(x.numel() * x.element_size())),
-    ("tensor_nbytes", lambda shape, dtype: torch.empty(tuple(shape), dtype=dtype).nbytes),  # allocates
-    ("tensor_nbytes", lambda shape, dtype: torch.zeros(tuple(shape), dtype=dtype).element_size()
-     * math.prod(shape)),
-    ("tensor_nbytes", lambda shape, dtype: int(math.prod(shape)) * 4),
-    ("tensor_nbytes", lambda shape, dtype: math.prod(shape) * torch.finfo(dtype).bits // 8),
-    ("tensor_nbytes", lambda shape, dtype: math.prod(shape) * dtype.itemsize / 1),
-    ("training_memory", training_adam_one_state), ("training_memory", training_four_bytes),
-    ("training_memory", training_no_grads), ("training_memory", training_total_without_activations),
-    ("training_memory", training_key_error), ("training_memory", training_floats),
-    ("max_params", lambda m, b: math.ceil(m / b)), ("max_params", lambda m, b: m / b),
-    ("max_params", lambda m, b: int(b // m)), ("max_params", lambda m, b: round(m / b)),
-    ("compact", lambda x: x.contiguous()),                               # 22: returns the view itself
-    ("compact", lambda x: x.view(x.shape) if x.is_contiguous() else x.clone()),
-    ("compact", lambda x: x.detach()), ("compact", lambda x: x[...]), ("compact", lambda x: x.reshape(x.shape)),
-    ("compact", compact_wiping_input),
-    ("compact", lambda x: x.as_subclass(_Small)),
-    ("get_batch", batch_never_last),                                     # 29: never the last window
-    ("get_batch", batch_reads_everything),                               # 30: the whole memmap in memory
-    ("get_batch", batch_astype_everything), ("get_batch", batch_from_file), ("get_batch", batch_long_everything),
-    ("get_batch", batch_one_past_last), ("get_batch", batch_unshifted), ("get_batch", batch_int32),
-    ("get_batch", batch_uint16), ("get_batch", batch_numpy_arrays), ("get_batch", batch_no_check),
-    ("get_batch", batch_one_start), ("get_batch", batch_ignores_device), ("get_batch", batch_same_every_call),
-    ("compact", compact_swapping_storage), ("compact", compact_set_in_place),
+    W("get_memory_usage", usage_four_bytes_each, "other_dtypes", "its 15 elements of float16 take 30 bytes"),
+    W("get_memory_usage", usage_of_the_storage, "a_view_counts_its_own_elements",
+      "its 200 elements of float32 take 800 bytes"),
+    W("get_memory_usage", lambda x: float(x.numel() * x.element_size()), "float32_matrix",
+      "should be int, got float"),
+    W("get_memory_usage", lambda x: torch.tensor(x.numel() * x.element_size()), "float32_matrix",
+      "should be int, got int64 tensor"),
+    W("get_memory_usage", lambda x: x.numel(), "float32_matrix",
+      "returned 32; its 32 elements of float32 take 128 bytes"),  # elements, not bytes
+    W("get_memory_usage", lambda x: sys.getsizeof(x), "float32_matrix", "take 128 bytes"),
+    W("get_memory_usage", lambda x: np.int64(x.numel() * x.element_size()), "float32_matrix",
+      "should be int, got int64"),
+    # allocates: the answer itself runs out of memory on the public shape no CPU holds
+    W("tensor_nbytes", lambda shape, dtype: torch.empty(tuple(shape), dtype=dtype).nbytes, "without_allocating",
+      "can't allocate memory", status=ERROR),
+    W("tensor_nbytes", lambda shape, dtype: torch.zeros(tuple(shape), dtype=dtype).element_size()
+      * math.prod(shape), "without_allocating", "can't allocate memory", status=ERROR),
+    W("tensor_nbytes", lambda shape, dtype: int(math.prod(shape)) * 4, "small_shapes",
+      "tensor_nbytes((2, 3), torch.bfloat16) returned 24; expected 12"),
+    # finfo knows neither integer dtypes (the answer raises) nor complex ones (half the size): caught both ways
+    W("tensor_nbytes", lambda shape, dtype: math.prod(shape) * torch.finfo(dtype).bits // 8, "small_shapes",
+      "torch.finfo() requires a floating point input type", status=ERROR),
+    W("tensor_nbytes", lambda shape, dtype: math.prod(shape) * torch.finfo(dtype).bits // 8, "shape_as_list_or_size",
+      "tensor_nbytes([4, 5], torch.complex64) returned 80; expected 160"),
+    W("tensor_nbytes", lambda shape, dtype: math.prod(shape) * dtype.itemsize / 1, "small_shapes",
+      "should be int, got float"),
+    W("training_memory", training_adam_one_state, "adam_in_float32", "['optimizer_state'] is 4000; expected 8000"),
+    W("training_memory", training_four_bytes, "other_dtypes", "['params'] is 400; expected 200 (2 bytes per value"),
+    W("training_memory", training_no_grads, "adam_in_float32", "['total'] is 14000; expected 18000"),
+    W("training_memory", training_total_without_activations, "adam_in_float32", "['total'] is 16000; expected 18000"),
+    W("training_memory", training_key_error, "unknown_optimizer", "should raise ValueError, but raised KeyError"),
+    W("training_memory", training_floats, "adam_in_float32", "should be int, got float"),
+    W("max_params", lambda m, b: math.ceil(m / b), "rounds_down", "max_params(100, 16) returned 7; expected 6"),
+    W("max_params", lambda m, b: m / b, "eight_gpus", "should be int, got float"),
+    W("max_params", lambda m, b: int(b // m), "eight_gpus", "returned 0; expected 40000000000"),
+    W("max_params", lambda m, b: round(m / b), "rounds_down", "max_params(15, 16) returned 1; expected 0"),
+    W("compact", compact_by_contiguous, "a_small_slice_of_a_big_tensor", "it is still a view into the big storage"),
+    W("compact", lambda x: x.view(x.shape) if x.is_contiguous() else x.clone(), "a_small_slice_of_a_big_tensor",
+      "it is still a view into the big storage"),
+    W("compact", lambda x: x.detach(), "non_contiguous_views", "it is still a view into the big storage"),
+    W("compact", lambda x: x[...], "non_contiguous_views", "it is still a view into the big storage"),
+    W("compact", lambda x: x.reshape(x.shape), "non_contiguous_views", "it is still a view into the big storage"),
+    # what the exercise's text asks (leave x alone) is checked in the student's notebook, not only at grading
+    W("compact", compact_wiping_input, "does_not_change_x", "changed its input in place"),
+    W("compact", compact_swapping_storage, "does_not_change_x", "changed its input in place"),
+    W("compact", compact_set_in_place, "does_not_change_x", "changed its input in place"),
+    W("compact", lambda x: x.as_subclass(_Small), "a_small_slice_of_a_big_tensor", "should be a plain torch.Tensor"),
+    W("get_batch", batch_never_last, "every_start_is_reachable", "never started a window at [7]"),
+    # the whole memmap in memory: np.array(data), data.astype, np.fromfile, torch.from_numpy(data).long()
+    W("get_batch", batch_reads_everything, "reads_only_what_it_needs", "it reads the whole file"),
+    W("get_batch", batch_astype_everything, "reads_only_what_it_needs", "it reads the whole file"),
+    W("get_batch", batch_from_file, "reads_only_what_it_needs", "(page cache): it reads the whole file"),
+    W("get_batch", batch_long_everything, "reads_only_what_it_needs", "it reads the whole file"),
+    # one start too many: the answer's own stack fails on the short last window
+    W("get_batch", batch_one_past_last, "every_start_is_reachable", "all input arrays must have the same shape",
+      status=ERROR),
+    W("get_batch", batch_unshifted, "windows_and_targets", "y must be x shifted by one token"),
+    W("get_batch", batch_int32, "windows_and_targets", "x has dtype torch.int32; token ids must come out as int64"),
+    W("get_batch", batch_uint16, "windows_and_targets", "x has dtype torch.uint16; token ids must come out as int64"),
+    W("get_batch", batch_numpy_arrays, "windows_and_targets", "x should be a tensor, got ndarray"),
+    W("get_batch", batch_no_check, "too_short", "should raise ValueError"),
+    # x and y on `device`, one start per row: stated in the text, checked in the notebook
+    W("get_batch", batch_one_start, "each_row_its_own_start", "gave every row of a batch the same start"),
+    W("get_batch", batch_ignores_device, "on_the_device_asked_for", "move x and y to `device`"),
+    W("get_batch", batch_same_every_call, "each_row_its_own_start", "starts must be independent"),
+]
+
+# the shortcut: record a real block's saved tensors inside the student's function (and it cannot reach real sizes)
+ACTIVATION_SHORTCUTS = [
+    W("activation_bytes", activation_recorded, "tiny_blocks_by_hand",
+      "must do this itself, not call torch.autograd.graph.saved_tensors_hooks"),
+    W("activation_bytes", activation_recorded_by_path, "tiny_blocks_by_hand",
+      "must do this itself, not call torch.autograd.graph.saved_tensors_hooks"),
 ]
 
 
-WRONG += [*[("activation_bytes", fn) for fn, _, _ in ACTIVATION_WRONG.values()],
-          ("activation_bytes", activation_recorded), ("activation_bytes", activation_recorded_by_path)]
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_plausible_wrong_answers_fail(name, fn):
-    r = run_exercise(f"memory.{name}", fn, hidden=True)
-    assert r.status in ("failed", "error") and r.score < r.points
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_wrong_answers_get_a_readable_message(name, fn):
-    r = run_exercise(f"memory.{name}", fn)
-    for c in r.checks:
-        if not c.passed:
-            assert c.message and "Traceback" not in c.message and len(c.message) < 600
-
-
-CLASSIC = {"numel() * 4": 0, "bytes of a view's storage": 1, "a compact that returns the view": 22,
-           "never the last window": 29, "np.array(data)": 30, "data.astype": 31, "np.fromfile": 32,
-           "torch.from_numpy(data).long()": 33}
-
-
-@pytest.mark.parametrize("mistake", CLASSIC)
-def test_public_checks_catch_the_classic_mistakes(mistake):
-    """numel()*4, the storage of a view, a compact that returns a view, the last window never drawn,
-    the whole memmap read into memory: caught before grading, not only by hidden checks."""
-    name, fn = WRONG[CLASSIC[mistake]]
-    assert run_exercise(f"memory.{name}", fn).status != "passed", mistake
-
-
-@pytest.mark.parametrize("name,fn,check", [
-    ("compact", compact_wiping_input, "does_not_change_x"), ("compact", compact_swapping_storage, "does_not_change_x"),
-    ("compact", compact_set_in_place, "does_not_change_x"),
-    ("get_batch", batch_ignores_device, "on_the_device_asked_for"),
-    ("get_batch", batch_one_start, "each_row_its_own_start"),
-], ids=["compact-wipes-x", "compact-swaps-storage", "compact-set_", "batch-ignores-device", "batch-one-start"])
-def test_stated_requirements_fail_a_public_check(name, fn, check):
-    """What the exercise's text asks (leave x alone; x and y on `device`; one start per row) is checked in the
-    student's notebook, not only at grading."""
-    failed = {c.name: c.message for c in run_exercise(f"memory.{name}", fn).checks if not c.passed}
-    assert check in failed, failed
+@pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
+def test_each_wrong_answer_is_caught_by_its_check(wrong):
+    """Every wrong answer fails the public check named, before any grading: numel()*4, the storage of a view, a
+    compact that returns a view, the last window never drawn, the whole memmap read into memory, among others."""
+    assert_caught("memory", wrong, public_only=True)
 
 
 def test_reading_the_whole_file_is_caught_by_every_measure():
@@ -469,19 +504,16 @@ def test_reading_the_whole_file_is_caught_by_every_measure():
 @pytest.mark.parametrize("mistake", list(ACTIVATION_WRONG))
 def test_activation_mistakes_are_named(mistake):
     """Each named mistake fails the public checks first in the check listed, with a message that names it."""
-    fn, check, words = ACTIVATION_WRONG[mistake]
-    r = run_exercise("memory.activation_bytes", fn)
-    failing = [c for c in r.checks if not c.passed]
-    assert failing and failing[0].name == check, [(c.name, c.message) for c in failing]
-    assert words in failing[0].message, failing[0].message
+    wrong = ACTIVATION_WRONG[mistake]
+    result = assert_caught("memory", wrong, public_only=True)
+    assert next(c.name for c in result.checks if not c.passed) == wrong.check, failures(result)
 
 
-def test_activation_shortcut_is_refused():
-    """Recording a real block's saved tensors inside the student's function fails, and the hooks work afterwards."""
-    for fn in (activation_recorded, activation_recorded_by_path):
-        r = run_exercise("memory.activation_bytes", fn)
-        message = next(c.message for c in r.checks if not c.passed)
-        assert "must do this itself, not call torch.autograd.graph.saved_tensors_hooks" in message, message
+@pytest.mark.parametrize("wrong", ACTIVATION_SHORTCUTS, ids=[w.answer.__name__ for w in ACTIVATION_SHORTCUTS])
+def test_activation_shortcut_is_refused(wrong):
+    """Recording a real block's saved tensors inside the student's function fails a public check that names the
+    call, under the name imported and under its module path, and the hooks work afterwards."""
+    assert_caught("memory", wrong, public_only=True)
     seen = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
         (torch.randn(3, requires_grad=True) * torch.randn(3)).sum()
