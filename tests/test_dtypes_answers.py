@@ -13,7 +13,7 @@ from grader import registry
 from grader.results import ERROR
 from grader.runner import run_check
 
-from answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
+from tests.answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
 
 MASK = -65536  # 0xFFFF0000 as an int32
 

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from grader.runner import run_exercise
 
-from answers import Wrong, assert_caught, assert_passes, failures, ids
+from tests.answers import Wrong, assert_caught, assert_passes, failures, ids
 
 W = Wrong
 

@@ -13,7 +13,7 @@ import torch
 from grader.results import ERROR
 from grader.runner import run_exercise
 
-from answers import Wrong, assert_caught, assert_passes, failures, ids
+from tests.answers import Wrong, assert_caught, assert_passes, failures, ids
 
 W = Wrong
 
