@@ -6,7 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from grader.results import ERROR
 from grader.runner import run_exercise
+
+from answers import Wrong, assert_caught, assert_passes, ids
 
 
 # ---------------------------------------------------------------- correct, written differently
@@ -222,9 +225,7 @@ CORRECT = [
 
 @pytest.mark.parametrize("name,objs", CORRECT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CORRECT)])
 def test_correct_answers_pass_every_check(name, objs):
-    r = run_exercise(f"autograd.{name}", *objs, hidden=True)
-    failing = [(c.name, c.message) for c in r.checks if not c.passed]
-    assert r.status == "passed" and not failing, failing
+    assert_passes("autograd", name, *objs)
 
 
 # ---------------------------------------------------------------- plausible but wrong
@@ -603,85 +604,96 @@ def accumulate_zero_after(model, loss_fn, micro_batches, optimizer):
     optimizer.zero_grad()
 
 
+def penalty_rebuilt(loss, params):
+    """The right value, but a new leaf: no path back to the parameters."""
+    return torch.tensor(float(penalty_cat(loss, params)), dtype=torch.float64, requires_grad=True)
+
+
+W = Wrong
 WRONG = [
-    ("linear_loss_grad", [linear_grad_autograd]),
-    ("linear_loss_grad", [linear_grad_func]),
-    ("linear_loss_grad", [lambda x, w, target: (x @ w - target).T @ x]),
-    ("linear_loss_grad", [lambda x, w, target: x.T @ (x @ w - target) / x.shape[0]]),
-    ("linear_loss_grad", [lambda x, w, target: 2 * x.T @ (x @ w - target)]),
-    ("linear_loss_grad", [linear_grad_in_place]),
-    ("linear_loss_grad", [lambda x, w, target: (x.T @ (x @ w - target)).float()]),
-    ("linear_loss_grad", [lambda x, w, target: (x.T @ (x @ w - target)).as_subclass(Liar)]),
-    ("vjp", [vjp_full_jacobian]), ("vjp", [vjp_batched_jacobian]), ("vjp", [vjp_sloppy]),
-    ("vjp", [vjp_keeps_graph]), ("vjp", [vjp_ignores_v]),
-    ("vjp", [lambda f, x, v: torch.autograd.functional.vjp(f, x, v)[1]]),
-    ("vjp", [lambda f, x, v: torch.func.vjp(f, x)[1](v)[0]]),
-    ("jacobian", [jacobian_transposed]), ("jacobian", [jacobian_flat]), ("jacobian", [jacobian_functional]),
-    ("jacobian", [jacobian_finite_differences]),
-    ("gradient_norm_penalty", [penalty_no_graph]), ("gradient_norm_penalty", [penalty_squared]),
-    ("gradient_norm_penalty", [penalty_per_param]), ("gradient_norm_penalty", [penalty_backward]),
-    ("gradient_norm_penalty", [penalty_rms]), ("gradient_norm_penalty", [penalty_first_only]),
-    ("gradient_norm_penalty", [penalty_float]), ("gradient_norm_penalty", [lambda loss, params: Penalty()]),
-    ("silu", [SiLUBuiltin, silu_builtin]), ("silu", [SiLUBuiltin, silu_functional]),
-    ("silu", [SiLUSaveSigmoid, silu_by_hand]), ("silu", [SiLUWrongGrad, silu_wrong]),
-    ("silu", [SiLUNoDouble, silu_no_double]), ("silu", [SiLUAutogradInside, silu_autograd_inside]),
-    ("silu", [SiLUCtxAttribute, silu_ctx_attribute]), ("silu", [SiLUOverflow, silu_overflow]),
-    ("silu", [NotAFunction, silu_by_hand]),
+    # linear_loss_grad: autograd (or torch.func) in a by-hand gradient is refused, naming the call
+    W("linear_loss_grad", linear_grad_autograd, "one_output", "not call torch.Tensor.backward"),
+    W("linear_loss_grad", linear_grad_func, "one_output", "not call torch.func.grad"),
+    W("linear_loss_grad", linear_grad_func_and_value, "one_output", "not call torch.func.grad_and_value"),
+    W("linear_loss_grad", lambda x, w, target: (x @ w - target).T @ x, "one_output",
+      "has shape (1, 3), expected (3, 1)"),  # the transpose of the gradient
+    W("linear_loss_grad", lambda x, w, target: x.T @ (x @ w - target) / x.shape[0], "one_output",
+      "averaged instead of summed"),  # the mean's gradient, not the sum's
+    W("linear_loss_grad", lambda x, w, target: 2 * x.T @ (x @ w - target), "one_output",
+      "2.00× the expected value"),  # forgets the loss's 1/2
+    W("linear_loss_grad", linear_grad_in_place, "one_output", "changed its input in place"),
+    W("linear_loss_grad", lambda x, w, target: (x.T @ (x @ w - target)).float(), "several_outputs_float64",
+      "has dtype torch.float32, expected torch.float64"),
+    W("linear_loss_grad", lambda x, w, target: (x.T @ (x @ w - target)).as_subclass(Liar), "one_output",
+      "should be a plain torch.Tensor, got the subclass Liar"),
+    # .view on a transposed x: the answer itself raises
+    W("linear_loss_grad", linear_grad_needs_contiguous, "non_contiguous_inputs", "view size is not compatible",
+      status=ERROR),
+    # vjp: one that builds the Jacobian (row by row or batched) is told so
+    W("vjp", vjp_full_jacobian, "fewer_and_more_outputs_one_pass", "never build the Jacobian"),
+    W("vjp", vjp_batched_jacobian, "fewer_and_more_outputs_one_pass", "that builds the Jacobian"),
+    W("vjp", vjp_sloppy, "leaves_the_callers_x_alone", "left a gradient in x.grad"),
+    W("vjp", vjp_keeps_graph, "leaves_the_callers_x_alone", "still requires grad"),
+    W("vjp", vjp_marks_the_callers_x, "leaves_the_callers_x_alone", "set requires_grad on the caller's x"),
+    W("vjp", vjp_ignores_v, "elementwise_square", "values differ"),
+    W("vjp", vjp_atleast_1d, "zero_dim_input_and_output", "has shape (1,), expected ()"),
+    # the whole job in one library call fails the first public check, naming the call
+    W("vjp", lambda f, x, v: torch.autograd.functional.vjp(f, x, v)[1], "elementwise_square",
+      "not call torch.autograd.functional.vjp"),
+    W("vjp", lambda f, x, v: torch.func.vjp(f, x)[1](v)[0], "elementwise_square", "not call torch.func.vjp"),
+    W("vjp", vjp_func_grad, "elementwise_square", "not call torch.func.grad"),
+    # jacobian
+    W("jacobian", jacobian_transposed, "non_square", "rows and columns are swapped"),
+    W("jacobian", jacobian_flat, "matrix_input", "has shape (4, 6), expected f(x).shape + x.shape"),
+    W("jacobian", jacobian_numel_rows, "zero_dim_input_or_output", "has shape (1, 3), expected f(x).shape + x.shape"),
+    W("jacobian", jacobian_finite_differences, "made_of_vjps", "made no backward pass through f"),
+    W("jacobian", jacobian_functional, "square_is_diagonal", "not call torch.autograd.functional.jacobian"),
+    W("jacobian", jacobian_func_jacrev, "square_is_diagonal", "not call torch.func.jacrev"),
+    # gradient_norm_penalty: no create_graph, the squared norm, one norm per parameter, .backward() into .grad
+    W("gradient_norm_penalty", penalty_no_graph, "small_regression", "create_graph=True"),
+    W("gradient_norm_penalty", penalty_squared, "small_regression", "the *squared* norm"),
+    W("gradient_norm_penalty", penalty_per_param, "small_regression", "the sum of each parameter's gradient norm"),
+    W("gradient_norm_penalty", penalty_backward, "small_regression", "left gradients in the parameters' .grad"),
+    W("gradient_norm_penalty", penalty_rms, "small_regression", "values differ"),
+    W("gradient_norm_penalty", penalty_first_only, "small_regression", "values differ"),
+    W("gradient_norm_penalty", penalty_float, "small_regression", "should return a 0-dim tensor, got float"),
+    W("gradient_norm_penalty", lambda loss, params: Penalty(), "small_regression", "RecursionError",
+      status=ERROR),  # an object whose every attribute recurses: the answer's own code raises
+    W("gradient_norm_penalty", penalty_get_total_norm, "small_regression", "not differentiable"),
+    W("gradient_norm_penalty", penalty_rebuilt, "small_regression", "does not depend on parameter"),
+    # silu
+    W("silu", (SiLUBuiltin, silu_builtin), "forward_and_backward", "not call torch.nn.functional.silu"),
+    W("silu", (SiLUBuiltin, silu_functional), "forward_and_backward", "not call torch.nn.functional.silu"),
+    W("silu", (SiLUSaveSigmoid, silu_by_hand), "forward_and_backward", "not your SiLU's backward node"),
+    W("silu", (SiLUWrongGrad, silu_wrong), "forward_and_backward", "from your backward"),
+    W("silu", (SiLUNoDouble, silu_no_double), "second_derivative", "gradgradcheck(silu, x) failed"),
+    W("silu", (SiLUAutogradInside, silu_autograd_inside), "backward_is_your_own", "recorded a graph"),
+    W("silu", (SiLUCtxAttribute, silu_ctx_attribute), "backward_is_your_own", "saved nothing with ctx.save_for_backward"),
+    W("silu", (SiLUOverflow, silu_overflow), "finite_up_to_800", "gave nan at x = -800"),
+    W("silu", (NotAFunction, silu_by_hand), "forward_and_backward", "should be a subclass of torch.autograd.Function"),
     # the library's SiLU inside SiLU.forward, under other names (autograd.silu forbids F.silu and torch._C._nn.silu)
-    ("silu", [SiLUAliased, _applies(SiLUAliased)]), ("silu", [SiLUModule, _applies(SiLUModule)]),
-    ("silu", [SiLUCore, _applies(SiLUCore)]), ("silu", [SiLUAten, _applies(SiLUAten)]),
-    ("silu", [SiLUAtenBackward, _applies(SiLUAtenBackward)]),
-    # the rest of the whole-job shortcuts (autograd.vjp/jacobian/linear_loss_grad forbid torch.func's transforms)
-    ("vjp", [vjp_func_grad]), ("jacobian", [jacobian_func_jacrev]), ("linear_loss_grad", [linear_grad_func_and_value]),
-    ("linear_loss_grad", [linear_grad_needs_contiguous]), ("gradient_norm_penalty", [penalty_get_total_norm]),
-    ("vjp", [vjp_marks_the_callers_x]), ("vjp", [vjp_atleast_1d]), ("jacobian", [jacobian_numel_rows]),
-    ("accumulate_step", [accumulate_no_divide]), ("accumulate_step", [accumulate_step_each]),
-    ("accumulate_step", [accumulate_stale]), ("accumulate_step", [accumulate_zero_inside]),
-    ("accumulate_step", [accumulate_by_rows]), ("accumulate_step", [accumulate_concatenated]),
-    ("accumulate_step", [accumulate_zero_after]),
+    W("silu", (SiLUAliased, _applies(SiLUAliased)), "forward_and_backward", "not call torch.nn.functional.silu"),
+    W("silu", (SiLUModule, _applies(SiLUModule)), "forward_and_backward", "not call torch.nn.functional.silu"),
+    W("silu", (SiLUCore, _applies(SiLUCore)), "forward_and_backward", "not call torch._C._nn.silu"),
+    W("silu", (SiLUAten, _applies(SiLUAten)), "forward_and_backward", "not call torch.ops.aten.silu"),
+    W("silu", (SiLUAtenBackward, _applies(SiLUAtenBackward)), "second_derivative",
+      "calls torch.ops.aten.silu_backward"),
+    # accumulate_step: no division by the number of micro-batches, a step per micro-batch, stale gradients,
+    # zeroing between micro-batches
+    W("accumulate_step", accumulate_no_divide, "four_micro_batches_sgd", "divide each micro-batch's loss"),
+    W("accumulate_step", accumulate_step_each, "four_micro_batches_sgd", "took 4 optimizer steps"),
+    W("accumulate_step", accumulate_stale, "stale_gradients_do_not_count", "zero the gradients first"),
+    W("accumulate_step", accumulate_zero_inside, "four_micro_batches_sgd", "not between micro-batches"),
+    W("accumulate_step", accumulate_by_rows, "four_micro_batches_sgd", "against one step on the concatenated batch"),
+    W("accumulate_step", accumulate_concatenated, "four_micro_batches_sgd", "run it on one micro-batch"),
+    W("accumulate_step", accumulate_zero_after, "four_micro_batches_sgd", "after the step, 0.weight.grad is None"),
 ]
-IDS = [f"{n}-{i}" for i, (n, _) in enumerate(WRONG)]
 
 
-@pytest.mark.parametrize("name,objs", WRONG, ids=IDS)
-def test_plausible_wrong_answers_fail(name, objs):
-    r = run_exercise(f"autograd.{name}", *objs, hidden=True)
-    assert r.status in ("failed", "error") and r.score < r.points
-
-
-@pytest.mark.parametrize("name,objs", WRONG, ids=IDS)
-def test_wrong_answers_get_a_readable_message(name, objs):
-    r = run_exercise(f"autograd.{name}", *objs, hidden=True)
-    for c in r.checks:
-        if not c.passed:
-            assert c.message and "Traceback" not in c.message and len(c.message) < 600, c.message
-
-
-def test_public_checks_catch_the_classic_mistakes():
-    """Autograd in a by-hand gradient, a VJP that builds the Jacobian (row by row or batched), F.silu in place
-    of the Function, autograd inside backward, no create_graph, the squared norm, no division by the number
-    of micro-batches, a step per micro-batch, stale gradients, zeroing between micro-batches."""
-    classic = [linear_grad_autograd, vjp_full_jacobian, vjp_batched_jacobian, silu_functional, silu_autograd_inside,
-               penalty_no_graph, penalty_squared, accumulate_no_divide, accumulate_step_each, accumulate_stale,
-               accumulate_zero_inside]
-    for name, objs in WRONG:
-        if objs[-1] in classic:
-            assert run_exercise(f"autograd.{name}", *objs).status != "passed", objs[-1].__name__
-
-
-@pytest.mark.parametrize("wrong,hint", [
-    (accumulate_no_divide, "divide"), (accumulate_step_each, "optimizer steps"), (accumulate_stale, "zero the"),
-    (accumulate_zero_inside, "between micro-batches"), (accumulate_concatenated, "one micro-batch"),
-])
-def test_accumulation_mistakes_are_named(wrong, hint):
-    r = run_exercise("autograd.accumulate_step", wrong)
-    assert any(hint in c.message for c in r.checks if not c.passed), [c.message for c in r.checks]
-
-
-def test_vjp_that_builds_the_jacobian_is_told_so():
-    for wrong in (vjp_full_jacobian, vjp_batched_jacobian):
-        r = run_exercise("autograd.vjp", wrong)
-        assert any("Jacobian" in c.message for c in r.checks if not c.passed), [c.message for c in r.checks]
+@pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
+def test_each_wrong_answer_is_caught_by_its_check(wrong):
+    """Every check named here is public: the student meets each of these mistakes before grading."""
+    assert_caught("autograd", wrong, public_only=True)
 
 
 def test_a_hanging_backward_times_out():
@@ -714,69 +726,3 @@ def test_a_notebook_that_patches_autograd_grad_does_not_change_gradcheck():
     finally:
         torch.autograd.grad = real
     assert r.status == "passed", [(c.name, c.message) for c in r.checks if not c.passed]
-
-
-def test_a_penalty_cut_off_from_the_graph_is_told_so():
-    def rebuilt(loss, params):  # right value, but a new leaf: no path back to the parameters
-        return torch.tensor(float(penalty_cat(loss, params)), dtype=torch.float64, requires_grad=True)
-
-    r = run_exercise("autograd.gradient_norm_penalty", rebuilt)
-    assert r.status == "failed" and "does not depend on parameter" in r.checks[0].message, r.checks[0].message
-
-
-@pytest.mark.parametrize("wrong,hint", [
-    (penalty_squared, "squared"), (penalty_per_param, "each parameter"), (penalty_no_graph, "create_graph"),
-    (penalty_get_total_norm, "not differentiable"),
-    (penalty_backward, ".grad"), (silu_autograd_inside, "recorded a graph"), (silu_ctx_attribute, "save_for_backward"),
-    (silu_by_hand, "backward node"), (jacobian_transposed, "swapped"),
-])
-def test_classic_mistakes_are_named(wrong, hint):
-    name, objs = next((n, o) for n, o in WRONG if o[-1] is wrong)
-    r = run_exercise(f"autograd.{name}", *objs, hidden=True)
-    assert any(hint in c.message for c in r.checks if not c.passed), [c.message for c in r.checks]
-
-
-@pytest.mark.parametrize("objs,check,words", [
-    ([SiLUAliased, _applies(SiLUAliased)], "forward_and_backward", "not call torch.nn.functional.silu"),
-    ([SiLUModule, _applies(SiLUModule)], "forward_and_backward", "not call torch.nn.functional.silu"),
-    ([SiLUCore, _applies(SiLUCore)], "forward_and_backward", "not call torch._C._nn.silu"),
-    ([SiLUAten, _applies(SiLUAten)], "forward_and_backward", "not call torch.ops.aten.silu"),
-    ([SiLUAtenBackward, _applies(SiLUAtenBackward)], "second_derivative", "calls torch.ops.aten.silu_backward"),
-], ids=["aliased", "module", "core", "aten", "aten-backward"])
-def test_the_library_silu_is_refused_under_any_name(objs, check, words):
-    failed = {c.name: c.message for c in run_exercise("autograd.silu", *objs).checks if not c.passed}
-    assert words in failed.get(check, ""), failed
-
-
-def test_a_vjp_that_marks_the_callers_x_fails_a_public_check():
-    """The task says to leave x without requires_grad: leaves_the_callers_x_alone says so before grading."""
-    failed = {c.name: c.message for c in run_exercise("autograd.vjp", vjp_marks_the_callers_x).checks if not c.passed}
-    assert "set requires_grad on the caller's x" in failed.get("leaves_the_callers_x_alone", ""), failed
-
-
-@pytest.mark.parametrize("name,wrong,call", [
-    ("vjp", vjp_func_grad, "torch.func.grad"), ("jacobian", jacobian_func_jacrev, "torch.func.jacrev"),
-    ("linear_loss_grad", linear_grad_func_and_value, "torch.func.grad_and_value"),
-    ("vjp", lambda f, x, v: torch.autograd.functional.vjp(f, x, v)[1], "torch.autograd.functional.vjp"),
-    ("jacobian", jacobian_functional, "torch.autograd.functional.jacobian"),
-], ids=["vjp-func-grad", "jacobian-jacrev", "linear-grad-and-value", "vjp-functional", "jacobian-functional"])
-def test_whole_job_shortcuts_fail_naming_the_call(name, wrong, call):
-    """A library call that does the whole exercise fails the first public check, with a message that names it."""
-    failed = [c.message for c in run_exercise(f"autograd.{name}", wrong).checks if not c.passed]
-    assert failed and f"not call {call}" in failed[0], failed
-
-
-@pytest.mark.parametrize("name,wrong,check", [
-    ("vjp", [vjp_atleast_1d], "zero_dim_input_and_output"),
-    ("jacobian", [jacobian_numel_rows], "zero_dim_input_or_output"),
-    ("jacobian", [jacobian_finite_differences], "made_of_vjps"),
-    ("silu", [SiLUNoDouble, silu_no_double], "second_derivative"),
-    ("silu", [SiLUOverflow, silu_overflow], "finite_up_to_800"),
-    ("linear_loss_grad", [linear_grad_needs_contiguous], "non_contiguous_inputs"),
-], ids=["vjp-0-dim", "jacobian-0-dim", "jacobian-finite-differences", "silu-no-second-derivative", "silu-overflow",
-        "linear-grad-non-contiguous"])
-def test_stated_requirements_fail_a_public_check(name, wrong, check):
-    """What the exercise's text asks (0-dim shapes, VJPs, gradgradcheck, finite up to +-800) is checked in the
-    student's notebook, not only at grading."""
-    failed = {c.name: c.message for c in run_exercise(f"autograd.{name}", *wrong).checks if not c.passed}
-    assert check in failed, failed

@@ -9,7 +9,10 @@ import torch
 from torch import nn
 
 from grader import registry
+from grader.results import ERROR, PASSED
 from grader.runner import run_exercise
+
+from answers import Wrong, assert_caught, assert_passes, failures, ids, passes_without_forbid
 
 
 # ---------------------------------------------------------------- correct, written differently
@@ -186,9 +189,7 @@ CORRECT = [
 
 @pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{f.__name__}" for n, f in CORRECT])
 def test_correct_answers_pass_every_check(name, fn):
-    r = run_exercise(f"initialization.{name}", fn, hidden=True)
-    failing = [(c.name, c.message) for c in r.checks if not c.passed]
-    assert r.status == "passed" and not failing, failing
+    assert_passes("initialization", name, fn)
 
 
 def test_a_correct_seed_everything_leaves_the_deterministic_setting_alone():
@@ -384,149 +385,123 @@ def _seed_local_torch_generator(seed):
     torch.Generator().manual_seed(seed)  # seeds a generator nobody uses
 
 
-WRONG = [
-    # default_linear_bound
-    ("default_linear_bound", lambda fan_in: 1 / fan_in),
-    ("default_linear_bound", lambda fan_in: math.sqrt(6 / fan_in)),  # kaiming_uniform_ with a = 0
-    ("default_linear_bound", lambda fan_in: 1 / math.sqrt(3 * fan_in)),  # the std, not the bound
-    ("default_linear_bound", lambda fan_in: math.sqrt(3 / fan_in)),
-    ("default_linear_bound", lambda fan_in: torch.tensor(fan_in, dtype=torch.float64) ** -0.5),
-    ("default_linear_bound", lambda fan_in: np.float64(fan_in) ** -0.5),
-    # xavier_std
-    ("xavier_std", lambda fan_in, fan_out, gain=1.0: gain * math.sqrt(1 / (fan_in + fan_out))),  # without the 2
-    ("xavier_std", lambda fan_in, fan_out, gain=1.0: math.sqrt(2 / (fan_in + fan_out))),  # ignores the gain
-    ("xavier_std", lambda fan_in, fan_out, gain=1.0: gain * math.sqrt(2 / fan_in)),
-    ("xavier_std", lambda fan_in, fan_out, gain=1.0: gain * math.sqrt(6 / (fan_in + fan_out))),  # uniform's bound
-    ("xavier_std", lambda fan_in, fan_out, gain=1.0: gain**2 * math.sqrt(2 / (fan_in + fan_out))),
-    ("xavier_std", lambda fan_in, fan_out, gain=1.0: torch.tensor(gain * math.sqrt(2 / (fan_in + fan_out)))),
-    ("xavier_std", lambda fan_in, fan_out, gain=1.0: _EqualsAnything(0.0)),
-    # kaiming_std
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": 1 / math.sqrt(fan_in)),  # without the gain
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": nn.init.calculate_gain(nonlinearity) * math.sqrt(2 / fan_in)),
-    # "fan_in + fan_out" for a square layer, without Xavier's 2
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": nn.init.calculate_gain(nonlinearity) / math.sqrt(2 * fan_in)),
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": math.sqrt(2 / fan_in)),  # relu's gain for everything
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": nn.init.calculate_gain(nonlinearity, 0) / math.sqrt(fan_in)
-     if nonlinearity == "leaky_relu" else nn.init.calculate_gain(nonlinearity) / math.sqrt(fan_in)),  # slope 0
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": _GAINS.get(nonlinearity, 1.0) / math.sqrt(fan_in)),  # no error
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": math.sqrt(3) * nn.init.calculate_gain(nonlinearity)
-     / math.sqrt(fan_in)),  # kaiming_uniform_'s bound
-    ("kaiming_std", lambda fan_in, nonlinearity="relu": torch.tensor(nn.init.calculate_gain(nonlinearity))
-     / math.sqrt(fan_in)),
-    # activation_stds
-    ("activation_stds", _stds(before=True)),  # measured before the nonlinearity
-    ("activation_stds", _stds(bias=True)),  # nn.Linear's bias left in
-    ("activation_stds", _stds(xavier_gain=True)),  # Xavier with the nonlinearity's gain
-    ("activation_stds", _stds(kaiming_gain=math.sqrt(2))),  # Kaiming's ReLU gain for every nonlinearity
-    ("activation_stds", _stds(default_bound=lambda n: 1 / n)),
-    ("activation_stds", _stds(seeded=False)),  # the global generator, never seeded
-    ("activation_stds", _stds_wrapper(lambda d, w, i, n, b, s: _stds_generic(d, w, i, n, b, 0))),  # ignores seed
-    ("activation_stds", _stds(fallback=True)),  # an unknown init silently becomes "default"
-    ("activation_stds", _stds(normal_std=0.0625)),  # "normal1" scaled by 1/sqrt(width)
-    ("activation_stds", _stds_wrapper(lambda d, w, i, n, b, s: [torch.tensor(v) for v in
-                                                               _stds_generic(d, w, i, n, b, s)])),
-    ("activation_stds", _stds_wrapper(lambda d, w, i, n, b, s: [_EqualsAnything(v) for v in
-                                                               _stds_generic(d, w, i, n, b, s)])),
-    ("activation_stds", _stds_wrapper(lambda d, w, i, n, b, s: _stds_generic(d, w, i, n, 1024, s))),  # ignores batch
-    # init_mixture_
-    ("init_mixture_", _mixture_new_tensor),
-    ("init_mixture_", _mixture_filled_but_clone),
-    ("init_mixture_", _mixture_thirds),
-    ("init_mixture_", _mixture_zero_quarter),
-    ("init_mixture_", _mixture_never_zero),
-    ("init_mixture_", _mixture_tiny_not_zero),
-    ("init_mixture_", _mixture_one_draw),
-    ("init_mixture_", _mixture_no_grad_missing),
-    ("init_mixture_", _mixture_per_row),
-    ("init_mixture_", _mixture_per_column),
-    ("init_mixture_", _mixture_not_uniform),
-    ("init_mixture_", _mixture_reseeds),
-    ("init_mixture_", _mixture_view),
-    ("init_mixture_", _mixture_rebinds_data),
-    ("init_mixture_", _mixture_turns_off_grad),
-    # seed_everything
-    ("seed_everything", _seed_torch_only),
-    ("seed_everything", _seed_numpy_constant),
-    ("seed_everything", _seed_ignores_argument),
-    ("seed_everything", _seed_no_random),
-    ("seed_everything", _seed_default_rng),
-    ("seed_everything", _seed_local_torch_generator),
-]
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_plausible_wrong_answers_fail(name, fn):
-    r = run_exercise(f"initialization.{name}", fn, hidden=True)
-    assert r.status in ("failed", "error") and r.score < r.points
-
-
-@pytest.mark.parametrize("name,fn", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_wrong_answers_get_a_readable_message(name, fn):
-    r = run_exercise(f"initialization.{name}", fn)
-    for c in r.checks:
-        if not c.passed:
-            assert c.message and "Traceback" not in c.message and len(c.message) < 600
-
-
-CLASSIC = {
-    "xavier without the 2": WRONG[6],
-    "seed_everything that seeds torch only": WRONG[-6],
-    "default bound 1/fan_in": WRONG[0],
-    "kaiming without the gain": WRONG[13],
-    "activations measured before the nonlinearity": WRONG[21],
-    "activation_stds not seeded": WRONG[26],
-    "init_mixture_ not in place": WRONG[33],
-    "init_mixture_ with probabilities 1/3": WRONG[35],
-    "init_mixture_ without no_grad": WRONG[40],
-    "init_mixture_ with one draw for every element": WRONG[39],
-    "seed_everything seeding numpy with a constant": WRONG[-5],
-}
-
-
-def test_classic_list_points_at_the_right_answers():
-    assert CLASSIC["seed_everything that seeds torch only"][1] is _seed_torch_only
-    assert CLASSIC["seed_everything seeding numpy with a constant"][1] is _seed_numpy_constant
-    assert CLASSIC["init_mixture_ not in place"][1] is _mixture_new_tensor
-    assert CLASSIC["init_mixture_ with probabilities 1/3"][1] is _mixture_thirds
-    assert CLASSIC["init_mixture_ without no_grad"][1] is _mixture_no_grad_missing
-    assert CLASSIC["init_mixture_ with one draw for every element"][1] is _mixture_one_draw
-    assert [n for n, _ in CLASSIC.values()][:6] == ["xavier_std", "seed_everything", "default_linear_bound",
-                                                   "kaiming_std", "activation_stds", "activation_stds"]
-
-
-@pytest.mark.parametrize("mistake", list(CLASSIC))
-def test_public_checks_catch_the_classic_mistakes(mistake):
-    """The mistakes the chapter warns about are caught before grading, not only by hidden checks."""
-    name, fn = CLASSIC[mistake]
-    r = run_exercise(f"initialization.{name}", fn)
-    assert r.status != "passed", mistake
-
-
-def test_xavier_without_the_2_gets_told_so():
-    r = run_exercise("initialization.xavier_std", WRONG[6][1])
-    assert any("2 / (fan_in + fan_out)" in c.message for c in r.checks if not c.passed)
-
-
-def test_seeding_torch_only_names_numpy():
-    r = run_exercise("initialization.seed_everything", _seed_torch_only)
-    assert any("numpy" in c.message and "np.random.seed" in c.message for c in r.checks if not c.passed)
-
-
 def _stds_ignores_batch(depth, width, init, nonlinearity, batch=1024, seed=0):
     return _stds_generic(depth, width, init, nonlinearity, 1024, seed)
 
 
-@pytest.mark.parametrize("name,fn,check", [
-    ("init_mixture_", _mixture_rebinds_data, "float64_stays_float64"),
-    ("init_mixture_", _mixture_view, "non_contiguous"),
-    ("init_mixture_", _mixture_reseeds, "no_reseeding"),
-    ("activation_stds", _stds_ignores_batch, "uses_the_batch_argument"),
-], ids=["mixture-float64", "mixture-non-contiguous", "mixture-reseeds", "stds-ignores-batch"])
-def test_stated_requirements_fail_a_public_check(name, fn, check):
-    """What the exercise's text asks (float64, non-contiguous, no reseeding; the batch argument) is checked in the
-    student's notebook, not only at grading."""
-    failed = {c.name: c.message for c in run_exercise(f"initialization.{name}", fn).checks if not c.passed}
-    assert check in failed, failed
+W = Wrong
+WRONG = [
+    # default_linear_bound
+    W("default_linear_bound", lambda fan_in: 1 / fan_in, "values", "returned 0.3333333333333333"),
+    W("default_linear_bound", lambda fan_in: math.sqrt(6 / fan_in), "matches_nn_linear",
+      "the bound is too large"),  # kaiming_uniform_ with a = 0
+    W("default_linear_bound", lambda fan_in: 1 / math.sqrt(3 * fan_in), "matches_nn_linear",
+      "beyond default_linear_bound(10)"),  # the std, not the bound
+    W("default_linear_bound", lambda fan_in: math.sqrt(3 / fan_in), "matches_nn_linear", "the bound is too large"),
+    W("default_linear_bound", lambda fan_in: torch.tensor(fan_in, dtype=torch.float64) ** -0.5, "values",
+      "should be a Python float, got torch.Tensor"),
+    W("default_linear_bound", lambda fan_in: np.float64(fan_in) ** -0.5, "values",
+      "should be a Python float, got numpy.float64"),
+    # xavier_std
+    W("xavier_std", lambda fan_in, fan_out, gain=1.0: gain * math.sqrt(1 / (fan_in + fan_out)), "xavier_values",
+      "Xavier's variance is 2 / (fan_in + fan_out)"),  # without the 2
+    W("xavier_std", lambda fan_in, fan_out, gain=1.0: math.sqrt(2 / (fan_in + fan_out)), "xavier_values",
+      "xavier_std(3, 5, 2.0) returned 0.5, expected 1.0"),  # ignores the gain
+    W("xavier_std", lambda fan_in, fan_out, gain=1.0: gain * math.sqrt(2 / fan_in), "xavier_values",
+      "returned 0.1414213562373095, expected 0.1"),  # Kaiming's fan_in, not Xavier's mean of the fans
+    W("xavier_std", lambda fan_in, fan_out, gain=1.0: gain * math.sqrt(6 / (fan_in + fan_out)), "xavier_values",
+      "returned 0.17320508075688773, expected 0.1"),  # uniform's bound
+    W("xavier_std", lambda fan_in, fan_out, gain=1.0: gain**2 * math.sqrt(2 / (fan_in + fan_out)), "xavier_values",
+      "2.00× the expected value"),  # the gain squared
+    W("xavier_std", lambda fan_in, fan_out, gain=1.0: torch.tensor(gain * math.sqrt(2 / (fan_in + fan_out))),
+      "xavier_values", "should be a Python float, got torch.Tensor"),
+    W("xavier_std", lambda fan_in, fan_out, gain=1.0: _EqualsAnything(0.0), "xavier_values",
+      "should be a Python float, got test_initialization_answers._EqualsAnything"),
+    # kaiming_std
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": 1 / math.sqrt(fan_in), "kaiming_values",
+      "the gain for relu is missing"),  # without the gain
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": nn.init.calculate_gain(nonlinearity) * math.sqrt(2 / fan_in),
+      "kaiming_values", "kaiming_std(2, 'relu') returned 1.4142135623730951, expected 1.0"),  # the gain twice for relu
+    # "fan_in + fan_out" for a square layer, without Xavier's 2
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": nn.init.calculate_gain(nonlinearity) / math.sqrt(2 * fan_in),
+      "kaiming_values", "kaiming_std(2, 'relu') returned 0.707107"),
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": math.sqrt(2 / fan_in), "kaiming_values",
+      "kaiming_std(100, 'linear') returned 0.1414213562373095, expected 0.1"),  # relu's gain for everything
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": nn.init.calculate_gain(nonlinearity, 0) / math.sqrt(fan_in)
+      if nonlinearity == "leaky_relu" else nn.init.calculate_gain(nonlinearity) / math.sqrt(fan_in),
+      "default_is_relu", "kaiming_std(1, 'leaky_relu') returned 1.4142135623730951"),  # slope 0
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": _GAINS.get(nonlinearity, 1.0) / math.sqrt(fan_in),
+      "unknown_nonlinearity", "should raise ValueError"),  # no error
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": math.sqrt(3) * nn.init.calculate_gain(nonlinearity)
+      / math.sqrt(fan_in), "kaiming_values", "returned 1.7320508075688774, expected 1.0"),  # kaiming_uniform_'s bound
+    W("kaiming_std", lambda fan_in, nonlinearity="relu": torch.tensor(nn.init.calculate_gain(nonlinearity))
+      / math.sqrt(fan_in), "kaiming_values", "should be a Python float, got torch.Tensor"),
+    # activation_stds
+    W("activation_stds", _stds(before=True), "kaiming_relu_stays",
+      "measure after the nonlinearity"),  # measured before the nonlinearity
+    W("activation_stds", _stds(bias=True), "default_relu_shrinks",
+      "ReLU halves the mean square (no bias)"),  # nn.Linear's bias left in
+    W("activation_stds", _stds(xavier_gain=True), "xavier",
+      "Xavier's variance 2/(fan_in + fan_out) = 1/256"),  # Xavier with the nonlinearity's gain
+    # Kaiming's ReLU gain for every nonlinearity (the text asks for each nonlinearity's own gain)
+    W("activation_stds", _stds(kaiming_gain=math.sqrt(2)), "kaiming_gain_follows_the_nonlinearity",
+      "Kaiming's gain for linear is 1"),
+    W("activation_stds", _stds(default_bound=lambda n: 1 / n), "default_relu_shrinks",
+      "U(-1/sqrt(fan_in), 1/sqrt(fan_in)) has variance 1/(3 fan_in)"),  # the bound 1/fan_in
+    W("activation_stds", _stds(seeded=False), "deterministic_for_a_seed",
+      "the same seed should give the same stds"),  # the global generator, never seeded
+    W("activation_stds", _stds_wrapper(lambda d, w, i, n, b, s: _stds_generic(d, w, i, n, b, 0)),
+      "deterministic_for_a_seed", "different seeds should give different draws"),  # ignores seed
+    W("activation_stds", _stds(fallback=True), "unknown_names",
+      "should raise ValueError"),  # an unknown init silently becomes "default"
+    W("activation_stds", _stds(normal_std=0.0625), "normal1_linear_grows",
+      "the factor should be in [15.2, 16.8]"),  # "normal1" scaled by 1/sqrt(width)
+    W("activation_stds", _stds_wrapper(lambda d, w, i, n, b, s: [torch.tensor(v) for v in
+                                                                _stds_generic(d, w, i, n, b, s)]),
+      "one_float_per_layer", "should be a Python float, got torch.Tensor"),
+    W("activation_stds", _stds_wrapper(lambda d, w, i, n, b, s: [_EqualsAnything(v) for v in
+                                                                _stds_generic(d, w, i, n, b, s)]),
+      "one_float_per_layer", "should be a Python float, got test_initialization_answers._EqualsAnything"),
+    # ignores the batch argument (the text asks for `batch` rows)
+    W("activation_stds", _stds_ignores_batch, "uses_the_batch_argument",
+      "the batch argument changes what is measured"),
+    # init_mixture_
+    W("init_mixture_", _mixture_new_tensor, "fills_in_place", "not w itself: fill w in place"),  # not in place
+    W("init_mixture_", _mixture_filled_but_clone, "fills_in_place", "not w itself: fill w in place"),
+    W("init_mixture_", _mixture_thirds, "fractions", "a fraction 0.3324 of the 1000000 values is exactly 0"),
+    W("init_mixture_", _mixture_zero_quarter, "fractions", "a fraction 0.2500 of the 1000000 values is exactly 0"),
+    W("init_mixture_", _mixture_never_zero, "fractions", "a fraction 0.0000 of the 1000000 values is exactly 0"),
+    W("init_mixture_", _mixture_tiny_not_zero, "fills_in_place", "neither exactly 0 nor in [5, 10] or [-10, -5]"),
+    W("init_mixture_", _mixture_one_draw, "fractions", "it should be 0.5"),  # one draw for every element
+    W("init_mixture_", _mixture_no_grad_missing, "works_on_a_parameter",
+      "must run under torch.no_grad()"),  # without no_grad
+    W("init_mixture_", _mixture_per_row, "independent_of_position",
+      "every element should be drawn the same way, wherever it sits"),
+    W("init_mixture_", _mixture_per_column, "independent_of_position",
+      "draw each element on its own, not one draw per row or column"),
+    W("init_mixture_", _mixture_not_uniform, "uniform_in_each_range", "are not uniform over it"),
+    # the text asks: no reseeding, non-contiguous tensors, float64 stays float64
+    W("init_mixture_", _mixture_reseeds, "no_reseeding", "do not call torch.manual_seed inside an init function"),
+    W("init_mixture_", _mixture_view, "non_contiguous", "raised RuntimeError: view size is not compatible"),
+    W("init_mixture_", _mixture_rebinds_data, "float64_stays_float64", "left w as torch.float32"),
+    W("init_mixture_", _mixture_turns_off_grad, "works_on_a_parameter", "left layer.weight with requires_grad=False"),
+    # seed_everything
+    W("seed_everything", _seed_torch_only, "same_seed_same_numbers", "must seed numpy too (np.random.seed)"),
+    W("seed_everything", _seed_numpy_constant, "different_seeds_differ",
+      "seed numpy with the seed you were given (np.random.seed), not a constant"),
+    W("seed_everything", _seed_ignores_argument, "different_seeds_differ",
+      "seed torch with the seed you were given (torch.manual_seed), not a constant"),
+    W("seed_everything", _seed_no_random, "same_seed_same_numbers", "must seed random too (random.seed)"),
+    W("seed_everything", _seed_default_rng, "same_seed_same_numbers", "must seed numpy too (np.random.seed)"),
+    W("seed_everything", _seed_local_torch_generator, "same_seed_same_numbers",
+      "must seed torch too (torch.manual_seed)"),
+]
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
+def test_each_wrong_answer_is_caught_by_its_check(wrong):
+    """Every check named here is public: the mistakes the chapter warns about are caught before grading."""
+    assert_caught("initialization", wrong, public_only=True)
 
 
 # ---------------------------------------------------------------- shortcuts: a library call that does the whole job
@@ -588,32 +563,41 @@ def mixture_by_mixture_same_family(weight):
 
 
 SHORTCUTS = [
-    ("default_linear_bound", bound_by_kaiming_uniform, "values", "not call torch.nn.init.kaiming_uniform_"),
-    ("default_linear_bound", bound_by_nn_linear, "values", "not call torch.nn.Linear.reset_parameters"),
-    ("xavier_std", xavier_by_xavier_normal, "xavier_values", "not call torch.nn.init.xavier_normal_"),
-    ("xavier_std", xavier_by_xavier_uniform, "xavier_values", "not call torch.nn.init.xavier_uniform_"),
-    ("kaiming_std", kaiming_by_kaiming_normal, "kaiming_values", "not call torch.nn.init.kaiming_normal_"),
-    ("kaiming_std", kaiming_by_kaiming_uniform, "kaiming_values", "not call torch.nn.init.kaiming_uniform_"),
-    ("init_mixture_", mixture_by_mixture_same_family, "fills_in_place",
-     "not call torch.distributions.MixtureSameFamily"),
+    W("default_linear_bound", bound_by_kaiming_uniform, "values", "not call torch.nn.init.kaiming_uniform_"),
+    W("default_linear_bound", bound_by_nn_linear, "values", "not call torch.nn.Linear.reset_parameters"),
+    W("xavier_std", xavier_by_xavier_normal, "xavier_values", "not call torch.nn.init.xavier_normal_"),
+    W("xavier_std", xavier_by_xavier_uniform, "xavier_values", "not call torch.nn.init.xavier_uniform_"),
+    W("kaiming_std", kaiming_by_kaiming_normal, "kaiming_values", "not call torch.nn.init.kaiming_normal_"),
+    W("kaiming_std", kaiming_by_kaiming_uniform, "kaiming_values", "not call torch.nn.init.kaiming_uniform_"),
+    W("init_mixture_", mixture_by_mixture_same_family, "fills_in_place",
+      "not call torch.distributions.MixtureSameFamily"),
 ]
+# the hidden checks ask for fan-ins up to 2**40 (random_fan_ins, random_xavier): these shortcuts draw a weight of
+# that many float64 values, which no memory holds (or no minute fills), so only their public checks can pass
+PUBLIC_SIZES_ONLY = (bound_by_kaiming_uniform, bound_by_nn_linear, xavier_by_xavier_normal)
 
 
-@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[1].__name__}" for s in SHORTCUTS])
-def test_public_checks_name_the_shortcut(name, fn, check, words):
+@pytest.mark.parametrize("wrong", SHORTCUTS, ids=ids(SHORTCUTS))
+def test_public_checks_name_the_shortcut(wrong):
     """A whole-job library call fails a public check whose message names it, before any grading."""
-    r = run_exercise(f"initialization.{name}", fn)
-    failed = {c.name: c.message for c in r.checks if not c.passed}
-    assert check in failed and words in failed[check], failed
+    assert_caught("initialization", wrong, public_only=True)
 
 
-@pytest.mark.parametrize("name,fn,check,words", SHORTCUTS, ids=[f"{s[0]}-{s[1].__name__}" for s in SHORTCUTS])
-def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, name, fn, check, words):
-    """The forbidden calls really do the whole job (else forbidding them would prove nothing): every public check
-    passes without the forbid list (the hidden ones use sizes up to 2**40 that these float64 draws cannot allocate)."""
-    monkeypatch.setattr(registry.load().get(f"initialization.{name}"), "forbid", ())
-    r = run_exercise(f"initialization.{name}", fn)
-    assert r.status == "passed", [(c.name, c.message) for c in r.checks if not c.passed]
+@pytest.mark.parametrize("wrong", [w for w in SHORTCUTS if w.answer not in PUBLIC_SIZES_ONLY],
+                         ids=ids(w for w in SHORTCUTS if w.answer not in PUBLIC_SIZES_ONLY))
+def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, wrong):
+    """The forbidden calls really do the whole job (else forbidding them would prove nothing)."""
+    passes_without_forbid(monkeypatch, "initialization", wrong.exercise, *wrong.objs)
+
+
+@pytest.mark.parametrize("wrong", [w for w in SHORTCUTS if w.answer in PUBLIC_SIZES_ONLY],
+                         ids=ids(w for w in SHORTCUTS if w.answer in PUBLIC_SIZES_ONLY))
+def test_the_huge_draw_shortcuts_would_pass_the_public_checks_without_the_forbid_list(monkeypatch, wrong):
+    """As above, on the public checks only (passes_without_forbid runs the hidden ones too)."""
+    ex = registry.load(hidden=True).get(f"initialization.{wrong.exercise}")
+    monkeypatch.setattr(ex, "forbid", ())
+    result = run_exercise(ex.id, *wrong.objs)
+    assert result.status == PASSED, failures(result)
 
 
 def test_the_forbidden_functions_are_back_after_a_check():
@@ -657,17 +641,19 @@ def _seed_numpy_offset(seed):
     torch.manual_seed(seed)
 
 
-@pytest.mark.parametrize("name,fn,check", [
-    ("xavier_std", _xavier_gain_renamed, "xavier_values"),
-    ("kaiming_std", _kaiming_nonlinearity_renamed, "kaiming_values"),
-    ("activation_stds", _stds(kaiming_gain=math.sqrt(2)), "kaiming_gain_follows_the_nonlinearity"),
-    ("init_mixture_", _mixture_2d_only, "any_shape"),
-    ("seed_everything", _seed_returns_the_seed, "returns_nothing"),
-    ("seed_everything", _seed_numpy_offset, "same_seed_same_numbers"),
-], ids=["xavier-gain-keyword", "kaiming-nonlinearity-keyword", "stds-kaiming-gain", "mixture-any-shape",
-        "seed-returns-nothing", "seed-up-to-2**32-1"])
-def test_more_stated_requirements_fail_a_public_check(name, fn, check):
-    """The keyword arguments of the signature, Kaiming's gain for each nonlinearity, any shape, seeds up to
-    2**32 - 1 and returning nothing are stated in the exercise text: each fails a public check."""
-    failed = {c.name: c.message for c in run_exercise(f"initialization.{name}", fn).checks if not c.passed}
-    assert check in failed, failed
+REQUIRED = [
+    W("xavier_std", _xavier_gain_renamed, "xavier_values", "keep the parameter names of the signature"),
+    W("kaiming_std", _kaiming_nonlinearity_renamed, "kaiming_values", "keep the parameter names of the signature"),
+    W("init_mixture_", _mixture_2d_only, "any_shape", "not enough values to unpack", status=ERROR),
+    W("seed_everything", _seed_returns_the_seed, "returns_nothing", "return nothing (None)"),
+    W("seed_everything", _seed_numpy_offset, "same_seed_same_numbers", "Seed must be between 0 and 2**32 - 1",
+      status=ERROR),
+]
+
+
+@pytest.mark.parametrize("wrong", REQUIRED, ids=ids(REQUIRED))
+def test_stated_requirements_fail_a_public_check(wrong):
+    """The keyword arguments of the signature, any shape, seeds up to 2**32 - 1 and returning nothing are stated
+    in the exercise text: each fails a public check (the batch argument, Kaiming's gain for each nonlinearity,
+    float64, non-contiguous tensors and no reseeding are in WRONG)."""
+    assert_caught("initialization", wrong, public_only=True)
