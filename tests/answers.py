@@ -71,17 +71,18 @@ def assert_caught(chapter: str, wrong: Wrong, *, public_only: bool = False) -> E
     return result
 
 
-def assert_passes(chapter: str, exercise: str, *objs: Any) -> ExerciseResult:
-    """A correct answer, however written, passes every public and hidden check."""
-    result = run_exercise(f"{chapter}.{exercise}", *objs, hidden=True)
+def assert_passes(chapter: str, exercise: str, *objs: Any, hidden: bool = True) -> ExerciseResult:
+    """A correct answer, however written, passes every public and (unless `hidden` is False) hidden check."""
+    result = run_exercise(f"{chapter}.{exercise}", *objs, hidden=hidden)
     assert result.status == PASSED, failures(result)
     return result
 
 
-def passes_without_forbid(monkeypatch, chapter: str, exercise: str, *objs: Any,
+def passes_without_forbid(monkeypatch, chapter: str, exercise: str, *objs: Any, hidden: bool = True,
                           dropping: Callable[[str], bool] = lambda name: True) -> ExerciseResult:
     """The shortcut really does the whole job: with the exercise's forbidden calls allowed (those `dropping`
-    selects), it passes every check, so only the forbid list stops it."""
+    selects), it passes every check (the public ones only where `hidden` is False: a shortcut that cannot
+    meet a hidden check's sizes still does the public job), so only the forbid list stops it."""
     ex = registry.load(hidden=True).get(f"{chapter}.{exercise}")
     monkeypatch.setattr(ex, "forbid", tuple(name for name in ex.forbid if not dropping(name)))
-    return assert_passes(chapter, exercise, *objs)
+    return assert_passes(chapter, exercise, *objs, hidden=hidden)

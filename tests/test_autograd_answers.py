@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from grader.results import ERROR
 from grader.runner import run_exercise
 
-from answers import Wrong, assert_caught, assert_passes, ids
+from tests.answers import Wrong, assert_caught, assert_passes, ids
 
 
 # ---------------------------------------------------------------- correct, written differently
