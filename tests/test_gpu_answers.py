@@ -20,7 +20,7 @@ from grader.memtrack import track_memory
 from grader.results import ERROR
 from grader.runner import run_exercise
 
-from answers import Wrong, assert_caught, assert_passes, ids
+from tests.answers import Wrong, assert_caught, assert_passes, ids
 
 W = Wrong
 

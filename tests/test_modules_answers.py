@@ -17,7 +17,7 @@ from torch.nn.modules import module as module_module
 from grader.results import ERROR
 from grader.runner import run_exercise
 
-from answers import Wrong, assert_caught, assert_passes, ids
+from tests.answers import Wrong, assert_caught, assert_passes, ids
 
 W = Wrong
 
