@@ -999,10 +999,7 @@ WRONG = [
     W("Concat", ConcatTuple, "both_nets_are_registered", "misses net1's parameters"),  # a plain tuple hides them
     W("Concat", ConcatHidden, "both_nets_are_registered", "misses net1's parameters"),
     W("Concat", ConcatTwiceNet1, "concatenates_the_two_outputs", "has shape (5, 8), expected (5, 6)"),
-    pytest.param(W("Concat", ConcatInPlace, "does_not_compose_the_nets", "changed its input x in place"),
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "reported to the lead: every Concat check ends ERROR in the scenario's backward ('modified by "
-                     "an inplace operation', no frame of the answer) instead of failing expect_input_kept"))),
+    W("Concat", ConcatInPlace, "does_not_compose_the_nets", "changed its input x in place"),
     # Cruncher
     W("Cruncher", CruncherNNLinear, "state_dict_keys_and_shapes",
       "state_dict()['final.weight'] has shape (1, 8), expected (8, 1)"),

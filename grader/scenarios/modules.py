@@ -107,7 +107,9 @@ def _output_and_backward(model, x, g):
     saved = x.detach().clone()
     y = model(x)
     report = {"output": _plain(y), "input_unchanged": _unchanged(x, saved), "graph": _graph_nodes(y)}
-    if type(y) in (_Tensor, _Parameter) and tuple(y.shape) == tuple(g.shape) and y.requires_grad:
+    # An input written in place can break the graph's saved tensors: no backward then, the check names the write.
+    if (report["input_unchanged"] and type(y) in (_Tensor, _Parameter) and tuple(y.shape) == tuple(g.shape)
+            and y.requires_grad):
         _backward([y], [g.to(y.dtype)])
     del y
     return report
