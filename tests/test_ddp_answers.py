@@ -541,7 +541,8 @@ def average_no_none_check(model):
 WRONG = [
     W("ring_allreduce", ring_divisible_only, "length_not_divisible", "is invalid for input of size 7",
       status=ERROR),  # a ring that needs the length divisible by the world size
-    W("ring_allreduce", ring_reduce_scatter_only, "two_ranks", "rank 0's result: 2 of 6 values differ"),  # no all-gather
+    W("ring_allreduce", ring_reduce_scatter_only, "two_ranks",
+      "rank 0's result: 2 of 6 values differ"),  # no all-gather: each rank holds only its own chunk's sum
     W("allreduce_traffic", lambda nbytes, n: (n - 1) / n * nbytes, "traffic_literals",
       "yours is half of it, one reduce-scatter"),  # one phase of the two
     W("allreduce_traffic", lambda nbytes, n: 2.0 * nbytes, "a_single_rank_sends_nothing",
