@@ -16,7 +16,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from torch.utils.checkpoint import checkpoint_sequential as library_checkpoint_sequential  # bound before any check
 
+from grader.results import ERROR
 from grader.runner import run_exercise
+
+from answers import Wrong, assert_caught, assert_passes, ids
 
 
 # ---------------------------------------------------------------- correct, written differently
@@ -222,9 +225,7 @@ CORRECT = [
 
 @pytest.mark.parametrize("name,objs", CORRECT, ids=[f"{n}-{o[0].__name__}" for n, o in CORRECT])
 def test_correct_answers_pass_every_check(name, objs):
-    r = run_exercise(f"checkpointing.{name}", *objs, hidden=True)
-    failing = [(c.name, c.message) for c in r.checks if not c.passed]
-    assert r.status == "passed" and not failing, failing
+    assert_passes("checkpointing", name, *objs)
 
 
 # ---------------------------------------------------------------- plausible but wrong: AdaGrad
@@ -828,137 +829,157 @@ def checkpointed_lying(blocks, x, segments):
     return torch.zeros(y.shape).requires_grad_().as_subclass(_AlwaysClose)
 
 
+W = Wrong
 WRONG = [
     # AdaGrad
-    ("adagrad", [_adagrad(_eps_outside)]), ("adagrad", [_adagrad(_default_lr)]), ("adagrad", [_adagrad(_other_key)]),
-    ("adagrad", [_adagrad(_on_the_parameter)]), ("adagrad", [_adagrad(_no_accumulation)]),
-    ("adagrad", [_adagrad(_update_before_accumulating)]), ("adagrad", [_adagrad(_changes_grad)]),
-    ("adagrad", [_adagrad(_float64_state)]), ("adagrad", [AdaGradFromTorch]), ("adagrad", [AdaGradNoneCrash]),
-    ("adagrad", [AdaGradNoNoGrad]), ("adagrad", [AdaGradOwnDict]),
-    ("adagrad", [AdaGradInnerTorch]), ("adagrad", [AdaGradFunctional]), ("adagrad", [_adagrad(_closure_ignored)]),
-    ("adagrad", [AdaGradClosureNoGrad]),
+    W("adagrad", _adagrad(_eps_outside), "eps_inside_the_square_root",
+      "eps outside the square root"),  # torch's Adagrad formula, not the exercise's sqrt(g2 + eps)
+    W("adagrad", _adagrad(_default_lr), "groups_and_missing_grads",
+      "parameter 2 (group 1) after step 2"),  # the defaults' lr and eps instead of the group's
+    W("adagrad", _adagrad(_other_key), "one_parameter", "its state has no 'g2'"),  # the sum under another key
+    W("adagrad", _adagrad(_on_the_parameter), "state_dict_round_trip",
+      "keep all the state in self.state[p]"),  # the sum kept on the parameter: state_dict() never sees it
+    W("adagrad", _adagrad(_no_accumulation), "one_parameter",
+      "after step 2: 6 of 6 values differ"),  # this step's squared gradient only, no running sum
+    W("adagrad", _adagrad(_update_before_accumulating), "one_parameter",
+      "after step 1: 6 of 6 values differ"),  # updates with last step's sum (divides by sqrt(eps) at step 1)
+    W("adagrad", _adagrad(_float64_state), "one_parameter",
+      "state['g2'] has dtype torch.float64, expected torch.float32"),  # the state in float64
+    W("adagrad", AdaGradNoneCrash, "groups_and_missing_grads", "'NoneType'", status=ERROR),  # p.grad may be None
+    W("adagrad", AdaGradNoNoGrad, "one_parameter", "a leaf Variable that requires grad is being used in an in-place",
+      status=ERROR),  # no torch.no_grad(): in place on a leaf that requires grad
+    W("adagrad", AdaGradOwnDict, "state_dict_round_trip",
+      "keep all the state in self.state[p]"),  # a dict of its own, which state_dict() never sees
     # save_checkpoint / load_checkpoint
-    ("save_checkpoint", [_saver(rngs=()), _loader]),                       # 16: no RNG state at all
-    ("save_checkpoint", [_saver(rngs=("torch",)), _loader]),               # 17: torch's RNG only
-    ("save_checkpoint", [_saver(rngs=("torch", "numpy")), _loader]),       # 18: forgets random
-    ("save_checkpoint", [_saver(rngs=("numpy", "random")), _loader]),      # 19: forgets torch
-    ("save_checkpoint", [_saver(), _loader_plus_one]),                     # 20: resumes one step late
-    ("save_checkpoint", [_saver(shift=-1), _loader]),                      # 21: saves the iteration before
-    ("save_checkpoint", [_saver(optimizer=False), _loader]),               # 22: no optimizer state
-    ("save_checkpoint", [_saver(raw_numpy=True), _loader]),                # 23: needs weights_only=False
-    ("save_checkpoint", [_saver(iteration_as_tensor=True), _loader]),      # 24: a tensor, not an int
-    ("save_checkpoint", [_saver(), _loader_forgets_model]),                # 25: model not loaded
-    ("save_checkpoint", [_save_rng_beside, _load_rng_beside]),             # 26: a second file
-    ("save_checkpoint", [_saver(raw_numpy=True), _loader_default]),        # 27: numpy array, weights_only load
+    W("save_checkpoint", (_saver(rngs=()), _loader), "every_rng_restored",
+      "torch's RNG alone"),  # no RNG state at all
+    W("save_checkpoint", (_saver(rngs=("torch",)), _loader), "every_rng_restored",
+      "numpy's RNG alone"),  # torch's RNG only
+    W("save_checkpoint", (_saver(rngs=("torch", "numpy")), _loader), "every_rng_restored",
+      "random's RNG alone"),  # forgets random
+    W("save_checkpoint", (_saver(rngs=("numpy", "random")), _loader), "every_rng_restored",
+      "torch's RNG alone"),  # forgets torch
+    W("save_checkpoint", (_saver(), _loader_plus_one), "resumes_bit_identically",
+      "returned 4 for a checkpoint saved with iteration=3"),  # resumes one step late
+    W("save_checkpoint", (_saver(shift=-1), _loader), "optimizer_state_and_iteration",
+      "returned 1 for a checkpoint saved with iteration=2"),  # saves the iteration before
+    W("save_checkpoint", (_saver(optimizer=False), _loader), "optimizer_state_and_iteration",
+      "the model's or the optimizer's state"),  # no optimizer state
+    W("save_checkpoint", (_saver(raw_numpy=True), _loader), "one_file_that_loads_with_weights_only",
+      "weights_only=True"),  # numpy's raw state: needs weights_only=False
+    W("save_checkpoint", (_saver(iteration_as_tensor=True), _loader), "optimizer_state_and_iteration",
+      "return the saved iteration as an int"),  # a tensor, not an int
+    W("save_checkpoint", (_saver(), _loader_forgets_model), "optimizer_state_and_iteration",
+      "the model's or the optimizer's state"),  # model not loaded
+    W("save_checkpoint", (_save_rng_beside, _load_rng_beside), "one_file_that_loads_with_weights_only",
+      "write exactly one file, at path"),  # a second file
+    W("save_checkpoint", (_saver(raw_numpy=True), _loader_default), "resumes_bit_identically",
+      "store it as a tensor"),  # numpy array, weights_only load
     # atomic_save
-    ("atomic_save", [atomic_in_place]), ("atomic_save", [atomic_no_cleanup]), ("atomic_save", [atomic_in_tmp]),
-    ("atomic_save", [atomic_no_fsync]), ("atomic_save", [atomic_swallows]), ("atomic_save", [atomic_wraps]),
-    ("atomic_save", [atomic_backup_and_restore]), ("atomic_save", [atomic_copy_over]),
-    ("atomic_save", [atomic_by_torch_helper]), ("atomic_save", [atomic_by_inductor]),
-    ("atomic_save", [atomic_returns_path]),
+    W("atomic_save", atomic_in_place, "crash_keeps_the_old_file", "writing into path itself"),
+    W("atomic_save", atomic_no_cleanup, "crash_keeps_the_old_file", "remove the temporary file"),
+    W("atomic_save", atomic_in_tmp, "temporary_in_the_same_folder", "outside path's folder"),  # in /tmp
+    W("atomic_save", atomic_no_fsync, "temporary_in_the_same_folder", "no os.fsync before os.replace"),
+    W("atomic_save", atomic_swallows, "crash_keeps_the_old_file",
+      "but atomic_save returned normally"),  # the exception swallowed
+    W("atomic_save", atomic_wraps, "crash_keeps_the_old_file",
+      "re-raise the original exception"),  # another exception raised
+    W("atomic_save", atomic_backup_and_restore, "crash_keeps_the_old_file",
+      "writing into path itself"),  # in place: a real crash leaves no chance to restore
+    W("atomic_save", atomic_copy_over, "temporary_in_the_same_folder",
+      "no os.replace(temporary, path) was seen"),  # copies into path: not atomic
     # safe_load
-    ("safe_load", [safe_load_unsafe]), ("safe_load", [safe_load_fallback]), ("safe_load", [safe_load_pickle]),
-    ("safe_load", [safe_load_silent]), ("safe_load", [safe_load_refuses_all]),
-    ("safe_load", [safe_load_no_map_location]), ("safe_load", [safe_load_default]),
+    W("safe_load", safe_load_unsafe, "refuses_code", "ran the code hidden"),  # weights_only=False
+    W("safe_load", safe_load_fallback, "refuses_code", "never fall back"),  # weights_only=False when True refuses
+    W("safe_load", safe_load_pickle, "loads_tensors_and_state_dicts",
+      "raised UnpicklingError"),  # pickle.load cannot read torch's format
+    W("safe_load", safe_load_silent, "refuses_code", "it must raise"),  # returns None instead of refusing
+    W("safe_load", safe_load_refuses_all, "loads_tensors_and_state_dicts", "raised UnpicklingError: no"),
     # load_matching
-    ("load_matching", [matching_by_name]), ("load_matching", [matching_strict_false]),
-    ("load_matching", [matching_names_by_name]), ("load_matching", [matching_by_numel]),
-    ("load_matching", [matching_shares]), ("load_matching", [matching_new_parameters]),
-    ("load_matching", [matching_state_dict_order]), ("load_matching", [matching_parameters_only]),
-    ("load_matching", [matching_pops]),
+    W("load_matching", matching_by_name, "copies_matching_names_and_shapes",
+      "must match the size of tensor b", status=ERROR),  # raises on a shape mismatch
+    W("load_matching", matching_strict_false, "copies_matching_names_and_shapes",
+      "Error(s) in loading state_dict", status=ERROR),  # strict=False still raises on a shape mismatch
+    W("load_matching", matching_names_by_name, "copies_matching_names_and_shapes",
+      "those were not copied"),  # also names the ones it did not copy
+    W("load_matching", matching_by_numel, "buffers_and_other_dtypes",
+      "which names ['3.weight']"),  # reshapes a transposed weight with as many elements
+    W("load_matching", matching_shares, "same_shapes_everywhere",
+      "shares memory with the state_dict"),  # the model now shares the state_dict's memory
+    W("load_matching", matching_new_parameters, "same_shapes_everywhere",
+      "replaced the model's parameters or buffers with new objects"),
+    W("load_matching", matching_state_dict_order, "plain_dict_in_other_order",
+      "list them in the order of model.state_dict()"),  # names in the state_dict's order
+    W("load_matching", matching_pops, "copies_matching_names_and_shapes",
+      "changed the state_dict it was given"),  # empties the caller's dict
     # checkpointed_forward
-    ("checkpointed_forward", [checkpointed_by_the_library]),
-    ("checkpointed_forward", [checkpointed_plain]), ("checkpointed_forward", [checkpointed_last_plain]),
-    ("checkpointed_forward", [checkpointed_last_takes_rest]), ("checkpointed_forward", [checkpointed_drops_remainder]),
-    ("checkpointed_forward", [checkpointed_reentrant]), ("checkpointed_forward", [checkpointed_no_rng]),
-    ("checkpointed_forward", [checkpointed_sequential]), ("checkpointed_forward", [checkpointed_one]),
-    ("checkpointed_forward", [checkpointed_no_check]), ("checkpointed_forward", [checkpointed_detached]),
-    ("checkpointed_forward", [checkpointed_lying]),
+    W("checkpointed_forward", checkpointed_plain, "blocks_are_recomputed",
+      "no block ran again during backward"),  # no checkpointing
+    W("checkpointed_forward", checkpointed_last_plain, "blocks_are_recomputed",
+      "were not recomputed during backward"),  # checkpoint_sequential's way: the last segment runs plain
+    W("checkpointed_forward", checkpointed_last_takes_rest, "blocks_are_recomputed",
+      "should have sizes that differ by at most one"),  # the last segment takes the remainder
+    W("checkpointed_forward", checkpointed_drops_remainder, "same_output_and_gradients",
+      "the output, against running the blocks in order"),  # the remainder blocks never run
+    W("checkpointed_forward", checkpointed_reentrant, "input_without_grad",
+      "does not require grad"),  # use_reentrant=True: no graph when x does not require grad
+    W("checkpointed_forward", checkpointed_one, "blocks_are_recomputed",
+      "backward recomputed 1 segment(s) of [7] blocks"),  # one segment, whatever segments says
+    W("checkpointed_forward", checkpointed_no_check, "bad_segment_counts",
+      "should raise ValueError, but returned"),  # segments not checked
+    W("checkpointed_forward", checkpointed_detached, "same_output_and_gradients",
+      "returned a tensor that does not require grad"),
+    W("checkpointed_forward", checkpointed_lying, "same_output_and_gradients",
+      "returned _AlwaysClose, not a tensor"),  # a tensor that claims to equal anything
 ]
-_IDS = [f"{n}-{i}-{getattr(o[0], '__name__', 'fn')}" for i, (n, o) in enumerate(WRONG)]
 
 
-@pytest.mark.parametrize("name,objs", WRONG, ids=_IDS)
-def test_plausible_wrong_answers_fail(name, objs):
-    r = run_exercise(f"checkpointing.{name}", *objs, hidden=True)
-    assert r.status in ("failed", "error") and r.score < r.points
-
-
-@pytest.mark.parametrize("name,objs", WRONG, ids=_IDS)
-def test_wrong_answers_get_a_readable_message(name, objs):
-    r = run_exercise(f"checkpointing.{name}", *objs)
-    for c in r.checks:
-        if not c.passed:
-            assert c.message and "Traceback" not in c.message and len(c.message) < 600, c.message
-
-
-def test_public_checks_catch_the_classic_mistakes():
-    """eps outside the root, no RNG state, only torch's RNG, an off-by-one resume, no optimizer state, writing in
-    place, a temporary left behind or in another folder, weights_only=False and its fallback, a mismatched shape
-    copied, strict=False, no checkpointing, the last segment not checkpointed."""
-    classic = [WRONG[0], WRONG[16], WRONG[17], WRONG[18], WRONG[20], WRONG[22], WRONG[23],
-               ("atomic_save", [atomic_in_place]), ("atomic_save", [atomic_no_cleanup]), ("atomic_save", [atomic_in_tmp]),
-               ("safe_load", [safe_load_unsafe]), ("safe_load", [safe_load_fallback]),
-               ("load_matching", [matching_by_name]), ("load_matching", [matching_strict_false]),
-               ("load_matching", [matching_names_by_name]),
-               ("checkpointed_forward", [checkpointed_plain]), ("checkpointed_forward", [checkpointed_last_plain]),
-               ("checkpointed_forward", [checkpointed_reentrant])]
-    for name, objs in classic:
-        r = run_exercise(f"checkpointing.{name}", *objs)
-        assert r.status != "passed", (name, objs[0])
-
-
-def test_messages_name_the_missing_piece():
-    """The public checks say what to fix: the RNG that was not restored, the off-by-one, the stray file."""
-    def messages(name, *objs):
-        return " ".join(c.message for c in run_exercise(f"checkpointing.{name}", *objs).checks if not c.passed)
-
-    assert "numpy" in messages("save_checkpoint", _saver(rngs=("torch",)), _loader)
-    assert "returned 4 for a checkpoint saved with iteration=3" in messages("save_checkpoint", _saver(), _loader_plus_one)
-    assert "weights_only=True" in messages("save_checkpoint", _saver(raw_numpy=True), _loader)
-    assert "store it as a tensor" in messages("save_checkpoint", _saver(raw_numpy=True), _loader_default)
-    assert "writing into path itself" in messages("atomic_save", atomic_in_place)
-    assert "remove the temporary file" in messages("atomic_save", atomic_no_cleanup)
-    assert "outside path's folder" in messages("atomic_save", atomic_in_tmp)
-    assert "eps outside the square root" in messages("adagrad", _adagrad(_eps_outside))
-    assert "never fall back" in messages("safe_load", safe_load_fallback)
-    assert "not recomputed" in messages("checkpointed_forward", checkpointed_last_plain)
+@pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
+def test_each_wrong_answer_is_caught_by_its_check(wrong):
+    assert_caught("checkpointing", wrong)
 
 
 # Each whole-job shortcut and each requirement the exercise text states fails a public check, whose message names the
 # library call or the requirement (issue 15).
 REFUSED = [
-    ("adagrad", [AdaGradFromTorch], "not call torch.optim.Adagrad.step"),           # subclassing torch's Adagrad
-    ("adagrad", [AdaGradInnerTorch], "not call torch.optim.Adagrad.step"),          # an inner torch Adagrad
-    ("adagrad", [AdaGradFunctional], "not call torch.optim._functional.adagrad"),   # torch's functional kernel
-    ("atomic_save", [atomic_by_torch_helper], "not call torch._dynamo.aot_compile.atomic_write_binary"),
-    ("atomic_save", [atomic_by_inductor], "not call torch._inductor.codecache.write_atomic"),
-    ("checkpointed_forward", [checkpointed_by_the_library], "not call torch.utils.checkpoint.checkpoint_sequential"),
+    W("adagrad", AdaGradFromTorch, "one_parameter", "not call torch.optim.Adagrad.step"),  # subclassing torch's Adagrad
+    W("adagrad", AdaGradInnerTorch, "one_parameter", "not call torch.optim.Adagrad.step"),  # an inner torch Adagrad
+    W("adagrad", AdaGradFunctional, "one_parameter",
+      "not call torch.optim._functional.adagrad"),  # torch's functional kernel
+    W("atomic_save", atomic_by_torch_helper, "replaces_the_file",
+      "not call torch._dynamo.aot_compile.atomic_write_binary"),
+    W("atomic_save", atomic_by_inductor, "replaces_the_file", "not call torch._inductor.codecache.write_atomic"),
+    # checkpoint_sequential under another name (bound before any check): the forbid reaches it through its code
+    W("checkpointed_forward", checkpointed_by_the_library, "same_output_and_gradients",
+      "not call torch.utils.checkpoint.checkpoint_sequential"),
+    W("checkpointed_forward", checkpointed_sequential, "same_output_and_gradients",
+      "not call torch.utils.checkpoint.checkpoint_sequential"),
 ]
 REQUIRED = [
-    ("adagrad", [_adagrad(_closure_ignored)], "called the closure 0 times"),        # step(closure) calls it
-    ("adagrad", [AdaGradClosureNoGrad], "torch.enable_grad()"),                     # ...with gradients enabled
-    ("adagrad", [_adagrad(_changes_grad)], "do not modify it"),                     # p.grad left unchanged
-    ("atomic_save", [atomic_returns_path], "return None"),
-    ("safe_load", [safe_load_no_map_location], 'map_location="cpu"'),
-    ("safe_load", [safe_load_default], "pass weights_only=True explicitly"),
-    ("checkpointed_forward", [checkpointed_no_rng], "preserve_rng_state=True"),    # dropout masks redrawn
-    ("load_matching", [matching_parameters_only], "1.running_mean"),                # buffers are copied too
+    W("adagrad", _adagrad(_closure_ignored), "step_with_a_closure",
+      "called the closure 0 times"),  # step(closure) calls it
+    W("adagrad", AdaGradClosureNoGrad, "step_with_a_closure", "torch.enable_grad()"),  # ...with gradients enabled
+    W("adagrad", _adagrad(_changes_grad), "updates_in_place_grad_untouched", "do not modify it"),  # p.grad unchanged
+    W("atomic_save", atomic_returns_path, "replaces_the_file", "return None"),
+    W("safe_load", safe_load_no_map_location, "loads_a_gpu_file_onto_the_cpu", 'map_location="cpu"'),
+    W("safe_load", safe_load_default, "refuses_code_whatever_the_default", "pass weights_only=True explicitly"),
+    W("checkpointed_forward", checkpointed_no_rng, "dropout_draws_the_same_mask",
+      "preserve_rng_state=True"),  # dropout masks redrawn
+    W("load_matching", matching_parameters_only, "buffers_and_other_dtypes", "1.running_mean"),  # buffers copied too
 ]
 
 
-@pytest.mark.parametrize("name,objs,words", REFUSED + REQUIRED,
-                         ids=[f"{n}-{getattr(o[0], '__name__', 'fn')}" for n, o, _ in REFUSED + REQUIRED])
-def test_public_checks_name_the_shortcut_or_the_requirement(name, objs, words):
-    r = run_exercise(f"checkpointing.{name}", *objs)
-    messages = " | ".join(c.message for c in r.checks if not c.passed)
-    assert r.status != "passed" and words in messages, messages
+@pytest.mark.parametrize("wrong", REFUSED + REQUIRED, ids=ids(REFUSED + REQUIRED))
+def test_public_checks_name_the_shortcut_or_the_requirement(wrong):
+    assert_caught("checkpointing", wrong, public_only=True)
 
 
 def test_scenarios_leave_no_files_behind(tmp_path, monkeypatch):
     """Every scenario works in folders of its own and removes them, also when the student's code fails."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    for name, objs in CORRECT[:8] + [w for w in WRONG if w[0] in ("save_checkpoint", "atomic_save", "safe_load")]:
+    on_files = ("save_checkpoint", "atomic_save", "safe_load")
+    for name, objs in [(n, o) for n, o in CORRECT if n in on_files] + [
+            (w.exercise, w.objs) for w in WRONG + REFUSED + REQUIRED if w.exercise in on_files]:
         run_exercise(f"checkpointing.{name}", *objs, hidden=True)
     assert list(tmp_path.iterdir()) == []
 
@@ -1133,8 +1154,3 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
     kernel_bridge.probe()
     assert not kernel_bridge.tampered, kernel_bridge.tampered
 
-
-def test_checkpoint_sequential_is_refused_under_another_name():
-    r = run_exercise("checkpointing.checkpointed_forward", checkpointed_by_the_library)
-    failed = {c.name: c.message for c in r.checks if not c.passed}
-    assert "not call torch.utils.checkpoint.checkpoint_sequential" in failed.get("same_output_and_gradients", ""), failed
