@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint_sequential as library_checkpoint_s
 from grader.results import ERROR
 from grader.runner import run_exercise
 
-from answers import Wrong, assert_caught, assert_passes, ids
+from tests.answers import Wrong, assert_caught, assert_passes, ids
 
 
 # ---------------------------------------------------------------- correct, written differently

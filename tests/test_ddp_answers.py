@@ -18,7 +18,7 @@ from grader import distributed
 from grader.results import ERROR
 from grader.runner import run_exercise
 
-from answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
+from tests.answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
 
 ROOT = Path(__file__).resolve().parents[1]
 
