@@ -16,6 +16,7 @@ from grader.results import ERROR, FAILED, PASSED, ExerciseResult, Status
 from grader.runner import run_exercise
 
 MAX_MESSAGE = 600  # a failure's message is one readable paragraph, never a traceback
+_FRAME = re.compile(r"\(in .+, line \d+")  # how an error's message points into the code that raised it
 
 
 @dataclass(frozen=True)
@@ -50,24 +51,23 @@ def failures(result: ExerciseResult) -> dict[str, str]:
 
 
 def assert_caught(chapter: str, wrong: Wrong, *, public_only: bool = False) -> ExerciseResult:
-    """`wrong` scores less than full marks and its named check fails it with a readable message (the
-    public checks alone catch it when that check is public, as a student running the notebook sees)."""
+    """`wrong` scores less than full marks, its named check fails it with a readable message (a public check
+    is one a student running the notebook sees), and no check, public or hidden, crashes on it."""
     ex = registry.load(hidden=True).get(f"{chapter}.{wrong.exercise}")
     named = {c.name: c for c in ex.checks}
     assert wrong.check in named, f"{ex.id} has no check {wrong.check!r}; its checks: {sorted(named)}"
-    hidden = named[wrong.check].hidden
-    assert not (public_only and hidden), f"{wrong.check} is a hidden check; this answer must fail a public one"
-    result = run_exercise(ex.id, *wrong.objs, hidden=hidden)
+    assert not (public_only and named[wrong.check].hidden), f"{wrong.check} is hidden; this answer must fail a public check"
+    result = run_exercise(ex.id, *wrong.objs, hidden=True)
     got = {c.name: c for c in result.checks}
     assert result.status != PASSED and result.score < result.points, (result.status, result.score)
     check = got[wrong.check]
     assert check.status == wrong.status, f"{wrong.check} ended {check.status}, expected {wrong.status}: {failures(result)}"
-    if wrong.status == ERROR:  # the answer raised: the message must point into it, not into the check
-        assert re.search(r"\(in .+, line \d+", check.message), f"an error with no frame of the answer: {check.message}"
     assert wrong.says in check.message, f"{wrong.check}'s message lacks {wrong.says!r}: {check.message}"
     for c in result.checks:
         if not c.passed:
             assert c.message and "Traceback" not in c.message and len(c.message) < MAX_MESSAGE, (c.name, c.message)
+        if c.status == ERROR:  # any check: an error must come from the answer, never from the check itself
+            assert _FRAME.search(c.message), f"{c.name} crashed on this answer (no frame of it): {c.message}"
     return result
 
 

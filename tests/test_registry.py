@@ -66,3 +66,43 @@ def test_a_chapter_that_declares_nothing_is_an_error(package: Path) -> None:
     (package / "grader/hidden/gpu.py").write_text('"""nothing yet"""\n')
     run = load(package)
     assert "chapter 09_gpu declares no exercise" in run.stderr
+
+
+def declare_chapter(package: Path, stem: str, title: str) -> None:
+    """Step one of the README's recipe: the chapter's one declaration."""
+    chapters = package / "grader/chapters.py"
+    text = chapters.read_text()
+    last = '    Chapter("10_ddp", "Data-parallel training"),\n'
+    assert last in text
+    chapters.write_text(text.replace(last, last + f"    Chapter({stem!r}, {title!r}),\n"))
+
+
+def test_a_new_chapter_names_each_part_it_still_lacks(package: Path) -> None:
+    """Following "Adding a chapter": after each step the loader names the next missing part, until it loads."""
+    declare_chapter(package, "11_pipeline", "Pipeline parallelism")
+    assert "chapter 11_pipeline has no module grader.exercises.pipeline" in load(package).stderr
+    (package / "grader/exercises/pipeline.py").write_text(
+        'from grader.registry import exercise\n\nSTAGES = exercise("pipeline.stages", points=1)\n\n\n'
+        '@STAGES.check\ndef splits_evenly(stages):\n    """4 layers in 2 stages: 2 each"""\n')
+    assert "chapter 11_pipeline has no module grader.hidden.pipeline" in load(package).stderr
+    (package / "grader/hidden/pipeline.py").write_text('"""nothing yet"""\n')
+    assert "pipeline.stages has no hidden check" in load(package).stderr
+    (package / "grader/hidden/pipeline.py").write_text(
+        'from grader.exercises.pipeline import STAGES\n\n\n'
+        '@STAGES.hidden\ndef uneven(stages):\n    """5 layers in 2 stages"""\n')
+    run = load(package)
+    assert run.returncode == 0, run.stderr
+
+
+def test_grading_refuses_to_start_without_a_chapters_hidden_checks(package: Path, tmp_path: Path) -> None:
+    """`python -m grader grade` stops before grading anyone, naming the missing module (never a public-only grade)."""
+    (package / "grader/hidden/tensors.py").rename(package / "grader/hidden/tensor.py")
+    subs = tmp_path / "subs" / "Ada"
+    subs.mkdir(parents=True)
+    (subs / "01_tensors.ipynb").write_text((ROOT / "notebooks/01_tensors.ipynb").read_text())
+    run = subprocess.run([sys.executable, "-m", "grader", "grade", str(subs.parent), "--out", str(tmp_path / "out"),
+                          "--sandbox", "off"], cwd=package, capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(tmp_path)})
+    assert run.returncode != 0
+    assert "chapter 01_tensors has no module grader.hidden.tensors" in run.stderr, run.stderr[-2000:]
+    assert not (tmp_path / "out" / "grades.csv").exists()
