@@ -67,8 +67,15 @@ def assert_caught(chapter: str, wrong: Wrong, *, public_only: bool = False) -> E
         if not c.passed:
             assert c.message and "Traceback" not in c.message and len(c.message) < MAX_MESSAGE, (c.name, c.message)
         if c.status == ERROR:  # any check: an error must come from the answer, never from the check itself
-            assert _FRAME.search(c.message), f"{c.name} crashed on this answer (no frame of it): {c.message}"
+            assert _from_the_answer(c.message, wrong.objs), f"{c.name} crashed on this answer: {c.message}"
     return result
+
+
+def _from_the_answer(message: str, objs: tuple[Any, ...]) -> bool:
+    """Whether an error's message points into the answer's code, or names the answer (a call with the wrong
+    arguments, an object torch refuses to use): not an error of the check's own making."""
+    names = {getattr(o, "__name__", "") for o in objs} | {type(o).__name__ for o in objs if not callable(o)}
+    return bool(_FRAME.search(message)) or any(n and n != "<lambda>" and n in message for n in names)
 
 
 def assert_passes(chapter: str, exercise: str, *objs: Any, hidden: bool = True) -> ExerciseResult:

@@ -1042,7 +1042,7 @@ WRONG = [
     W("activation_shapes", shapes_hooks_left, "hooks_are_removed", "hook(s) attached"),
     W("activation_shapes", shapes_top_level, "nested_sequential", "nested"),
     W("activation_shapes", shapes_torch_size, "nested_sequential", "torch.Size"),
-    W("activation_shapes", shapes_type_names, "nested_sequential", "names ['Linear0'"),
+    W("activation_shapes", shapes_type_names, "nested_sequential", "unexpected ['Linear0'"),
     W("activation_shapes", shapes_with_root, "nested_sequential", "includes the model itself"),
     W("activation_shapes", shapes_no_finally, "hooks_are_removed_when_forward_raises", "hook(s) attached"),
     W("activation_shapes", shapes_swallow_errors, "hooks_are_removed_when_forward_raises", "got no exception"),

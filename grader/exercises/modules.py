@@ -505,9 +505,10 @@ def expect_shapes(got_shapes, want: dict[str, tuple[int, ...]], what: str) -> No
     missing = [n for n in want if n not in got_shapes]
     extra = [n for n in got_shapes if n not in want]
     if missing or extra:
-        fail(f"{what}: names {sorted(got_shapes)[:12]}, expected {sorted(want)[:12]} "
-             f"(missing {missing[:6]}, unexpected {extra[:6]}); use the qualified names of named_modules(), "
-             "nested ones included")
+        def some(names: list[str]) -> str:
+            return f"{names[:4]}" + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        fail(f"{what}: {len(got_shapes)} names, expected {len(want)}: missing {some(missing)}, unexpected "
+             f"{some(extra)}; use the qualified names of named_modules(), nested ones included")
     for name, shape in want.items():
         value = got_shapes[name]
         if isinstance(value, torch.Size):

@@ -5,11 +5,11 @@ import math
 
 import torch
 
-from grader.exercises.modules import (ACTIVATION_SHAPES, CONCAT, CRUNCHER, GET_NUM_PARAMETERS, MY_SEQUENTIAL,
-                                      QUADRATIC, RUNNING_MEAN, _Sequential, expect_concat, expect_count,
-                                      expect_cruncher, expect_empty_sequential, expect_independent_layers,
+from grader.exercises.modules import (ACTIVATION_SHAPES, CONCAT, CRUNCHER, GET_NUM_PARAMETERS, MY_SEQUENTIAL, QUADRATIC,
+                                      RUNNING_MEAN, expect_concat, expect_count, expect_cruncher,
+                                      expect_cruncher_structure, expect_empty_sequential, expect_independent_layers,
                                       expect_no_hooks, expect_normal_init, expect_quadratic, expect_quadratic_scale,
-                                      expect_running_mean, expect_sequential, expect_shapes, loose)
+                                      expect_running_mean, expect_sequential, expect_shapes, loose, _Sequential)
 from grader.expect import expect, expect_tensor
 from grader.inputs import randint
 from grader.scenario import run_scenario
@@ -188,6 +188,7 @@ def layers_are_independent(Cruncher):
 def init_scale_other_dim(Cruncher):
     """Cruncher(300, 3): standard deviation 1/sqrt(300) for every layer"""
     got = run_scenario(scenarios.cruncher_report, Cruncher, 300, 3, torch.randn(2, 300), torch.randn(2), 11)
+    expect_cruncher_structure(got, 300, 3, "Cruncher(300, 3)")
     for i in range(3):
         expect_normal_init(got["state_dict"][f"layers.{i}.weight"], 1 / math.sqrt(300),
                            f"Cruncher(300, 3): layers.{i}.weight", 0.05)
