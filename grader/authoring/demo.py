@@ -80,7 +80,3 @@ def main(argv: list[str] | None = None) -> int:
             path.write_bytes(data)
     print(f"wrote {len(want)} files to {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

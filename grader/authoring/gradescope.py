@@ -90,7 +90,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"built {out} for {', '.join(chosen)}: upload it as the assignment's autograder (see README)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
