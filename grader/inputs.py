@@ -37,8 +37,3 @@ def layouts(x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
     view = pad[3:].view(x.shape)
     view.copy_(x)
     yield "view at storage offset 3", view
-
-
-def expanded(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
-    """`x` repeated `size` times along a new dimension `dim` without copying (stride 0)."""
-    return x.unsqueeze(dim).expand(*x.shape[:dim], size, *x.shape[dim:])
