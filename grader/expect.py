@@ -12,7 +12,6 @@ import torch
 
 _isclose = torch.isclose
 _isnan = torch.isnan
-_isinf = torch.isinf
 _isfinite = torch.isfinite
 _Tensor = torch.Tensor
 
@@ -219,13 +218,3 @@ def expect_raises(exc_type: type[BaseException] | tuple[type[BaseException], ...
         fail(f"{what} should raise {name}, but raised {type(e).__name__}: {first}"[:300])
     fail(f"{what} should raise {name}, but returned {describe(result)}")
     raise AssertionError("unreachable")
-
-
-def expect_finite_float(value: Any, what: str) -> float:
-    if isinstance(value, _Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        fail(f"{what} should be a number, got {describe(value)}")
-    if not math.isfinite(value):
-        fail(f"{what} should be finite, got {value}")
-    return float(value)

@@ -19,14 +19,6 @@ def random_shape(min_dims: int = 1, max_dims: int = 4, min_size: int = 1, max_si
     return tuple(randint(min_size, max_size) for _ in range(randint(min_dims, max_dims)))
 
 
-def random_tensor(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
-    if dtype.is_floating_point:
-        return torch.randn(shape, dtype=torch.float32).to(dtype=dtype, device=device)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape).bool().to(device)
-    return torch.randint(-100, 100, shape).to(dtype=dtype, device=device)
-
-
 def layouts(x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
     """The values of `x` in several layouts: contiguous, transposed copy, strided slice, offset slice.
 
@@ -45,8 +37,3 @@ def layouts(x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
     view = pad[3:].view(x.shape)
     view.copy_(x)
     yield "view at storage offset 3", view
-
-
-def expanded(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
-    """`x` repeated `size` times along a new dimension `dim` without copying (stride 0)."""
-    return x.unsqueeze(dim).expand(*x.shape[:dim], size, *x.shape[dim:])

@@ -5,8 +5,8 @@ modules, autograd, optimizers, files and processes need live objects instead: an
 from the student's class, gradients flowing through their `autograd.Function`, an optimizer stepped.
 Such a check runs a scenario:
 
-    out = run_scenario(scenarios.modules.forward_and_grads, MySequential, layer_specs, x, seed)
-    expect_tensor(out["y"], reference, ...)
+    out = run_scenario(scenarios.modules.sequential_report, MySequential, specs, x, g, seed)
+    expect_tensor(out["output"], reference, ...)
 
 A scenario is a plain function in a module of `grader/scenarios/`. It builds what it needs from
 plain specs and seeds, drives the student's objects, and returns plain data only: tensors, numbers,

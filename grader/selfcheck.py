@@ -170,7 +170,3 @@ def main(argv: list[str] | None = None) -> int:
                                           "cell_errors": r.cell_errors, "problem": r.problem,
                                           "exercises": r.exercises} for r in results], indent=1) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

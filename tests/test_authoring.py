@@ -370,3 +370,28 @@ def test_release_grader_runs_public_checks_only(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "refused: hidden checks are not part of the student release" in done.stdout
+
+
+def test_a_zip_is_the_same_bytes_whatever_order_and_when_it_is_written(tmp_path):
+    """zipped.zip_bytes, which the release, Gradescope's zip and the demo share: entries sorted by name, every one
+    dated as asked (no earlier than 1980, a zip's first date), mode 755 only where asked; written through a
+    temporary file, so the target is the zip or nothing."""
+    import time
+    import zipfile
+
+    from grader.authoring import zipped
+
+    members = {"b/run": b"#!/bin/sh\n", "a.txt": b"a" * 1000, "b/a.py": b"x = 1\n"}
+    data = zipped.zip_bytes(members, zipped.zip_date(1780000000), executable=("b/run",))
+    again = zipped.zip_bytes(dict(reversed(list(members.items()))), zipped.zip_date(1780000000), executable=("b/run",))
+    assert data == again  # the order members are given in changes nothing
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        infos = z.infolist()
+        assert [i.filename for i in infos] == ["a.txt", "b/a.py", "b/run"]
+        assert {i.date_time for i in infos} == {time.gmtime(1780000000)[:6]}
+        assert [i.external_attr >> 16 for i in infos] == [0o644, 0o644, 0o755]
+        assert {i.filename: z.read(i) for i in infos} == members
+    assert zipped.zip_date(0) == (1980, 1, 1, 0, 0, 0)
+    target = zipped.write_zip(tmp_path / "out.zip", members)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.zip"]
+    assert target.read_bytes() == zipped.zip_bytes(members) != data  # the course's own date, 2026-01-01

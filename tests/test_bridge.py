@@ -6,9 +6,10 @@ import torch
 
 from grader import registry
 from grader.autograde import tamper
-from grader.autograde.bridge import RemoteFunction, RemoteObject, load_reply
+from grader.autograde.bridge import RemoteFunction, load_reply
 from grader.expect import CheckFailure, call
 from grader.runner import CheckCrashed, CheckMemory, CheckTimeout
+from grader.scenario import Opaque
 
 CELLS = [
     "import torch, time, os\n"
@@ -71,7 +72,7 @@ def test_exceptions_keep_their_kind_and_the_students_name(bridge):
 
 def test_values_that_are_not_data_stay_opaque(bridge):
     got = remote(bridge, "opaque")()
-    assert isinstance(got, RemoteObject) and type(got).__name__ == "object" and got != got.__class__("x")
+    assert isinstance(got, Opaque) and type(got).__name__ == "object" and got != got.__class__("x")
     lie = remote(bridge, "liar")(torch.ones(2))
     assert not isinstance(lie, torch.Tensor) and type(lie).__name__ == "Liar"
     one, half, text, none, flags, d = remote(bridge, "pair")()

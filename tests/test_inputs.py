@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from grader.expect import CheckFailure, call, expect_raises, expect_tensor
-from grader.inputs import expanded, layouts, random_shape
+from grader.inputs import layouts, random_shape
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4)])
@@ -14,11 +14,6 @@ def test_layouts_hold_the_same_values_in_other_layouts(shape):
         assert torch.equal(v, x), name
         if name != "contiguous":
             assert not v.is_contiguous() or v.storage_offset() > 0, name
-
-
-def test_expanded_has_stride_zero():
-    e = expanded(torch.randn(3, 4), 1, 5)
-    assert e.shape == (3, 5, 4) and e.stride(1) == 0
 
 
 def test_random_shape_bounds():

@@ -7,14 +7,17 @@ relies on must be noticed.
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from grader import registry
+from grader.autograde import bridge
 from grader.autograde.bridge import RemoteFunction, scenario_sources
-from grader.scenario import Opaque, run_scenario, to_data
+from grader.scenario import SCENARIO_PACKAGE, Opaque, run_scenario, to_data
 from grader.scenarios import common
 
 MODULE_CELL = (
@@ -47,10 +50,27 @@ MODULE_CELL = (
 )
 PATCH_CELL = "import torch\n_real = torch.autograd.grad\nexec('torch.autograd.grad = lambda *a, **k: _real(*a, **k)')\n"
 SPECS = [["Linear", 3, 4], ["ReLU"], ["Linear", 4, 2, {"bias": False}]]
+FOR_TESTS = Path(__file__).with_name("scenarios_for_tests.py")
 
 
 @pytest.fixture(scope="module")
-def kernel_bridge(grading_bridge):
+def for_tests():
+    """tests/scenarios_for_tests.py as the scenario module grader.scenarios.for_tests: imported here, and
+    installed with the grader's own in every grading kernel started while this module's tests run."""
+    name = f"{SCENARIO_PACKAGE}.for_tests"
+    spec = importlib.util.spec_from_file_location(name, FOR_TESTS)
+    module = importlib.util.module_from_spec(spec)
+    grader_sources = bridge.scenario_sources
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        patch.setattr(bridge, "scenario_sources",
+                      lambda: {**grader_sources(), "for_tests": FOR_TESTS.read_text(encoding="utf-8")})
+        yield module
+
+
+@pytest.fixture(scope="module")
+def kernel_bridge(grading_bridge, for_tests):
     return grading_bridge([MODULE_CELL, PATCH_CELL])
 
 
@@ -65,10 +85,10 @@ def local_namespace() -> dict:
     return ns
 
 
-def test_a_scenario_gives_the_same_data_in_the_notebook_and_in_the_kernel(kernel_bridge):
+def test_a_scenario_gives_the_same_data_in_the_notebook_and_in_the_kernel(kernel_bridge, for_tests):
     x = torch.randn(5, 3)
-    here = run_scenario(common.forward_and_describe, local_namespace()["Stack"], SPECS, x, 7)
-    there = run_scenario(common.forward_and_describe, remote(kernel_bridge, "Stack"), SPECS, x, 7)
+    here = run_scenario(for_tests.forward_and_describe, local_namespace()["Stack"], SPECS, x, 7)
+    there = run_scenario(for_tests.forward_and_describe, remote(kernel_bridge, "Stack"), SPECS, x, 7)
     assert here.keys() == there.keys()
     assert here["parameters"] == there["parameters"] == [("0.weight", (4, 3)), ("0.bias", (4,)), ("2.weight", (2, 4))]
     assert torch.equal(here["output"], there["output"])
@@ -77,31 +97,31 @@ def test_a_scenario_gives_the_same_data_in_the_notebook_and_in_the_kernel(kernel
     assert list(there["state_dict"]) == ["0.weight", "0.bias", "2.weight"]
 
 
-def test_a_module_that_hides_its_parameters_is_seen_as_such(kernel_bridge):
-    there = run_scenario(common.forward_and_describe, remote(kernel_bridge, "Lossy"), SPECS, torch.randn(2, 3), 0)
+def test_a_module_that_hides_its_parameters_is_seen_as_such(kernel_bridge, for_tests):
+    there = run_scenario(for_tests.forward_and_describe, remote(kernel_bridge, "Lossy"), SPECS, torch.randn(2, 3), 0)
     assert there["parameters"] == [] and there["state_dict"] == {}
 
 
-def test_objects_that_are_not_data_come_back_opaque(kernel_bridge):
-    got = run_scenario(common.call, remote(kernel_bridge, "Stack"))
+def test_objects_that_are_not_data_come_back_opaque(kernel_bridge, for_tests):
+    got = run_scenario(for_tests.call, remote(kernel_bridge, "Stack"))
     assert isinstance(got, Opaque) and type(got).__name__ == "Stack"
     assert isinstance(to_data(torch.nn.Linear(2, 2)), Opaque)
 
 
-def test_a_stub_raises_not_implemented_through_a_scenario(kernel_bridge):
+def test_a_stub_raises_not_implemented_through_a_scenario(kernel_bridge, for_tests):
     with pytest.raises(NotImplementedError):
-        run_scenario(common.call, remote(kernel_bridge, "stub"), 1)
+        run_scenario(for_tests.call, remote(kernel_bridge, "stub"), 1)
 
 
-def test_a_hanging_forward_times_out_and_the_kernel_recovers(kernel_bridge):
+def test_a_hanging_forward_times_out_and_the_kernel_recovers(kernel_bridge, for_tests):
     from grader.runner import CheckTimeout
     import time
 
     kernel_bridge.limit, kernel_bridge.deadline = 2, time.monotonic() + 2
     slow = RemoteFunction(kernel_bridge, "Slow", registry.load().get("tensors.same_storage"))
     with pytest.raises(CheckTimeout):
-        run_scenario(common.forward_and_describe, slow, SPECS, torch.randn(2, 3), 0)
-    assert isinstance(run_scenario(common.call, remote(kernel_bridge, "Stack")), Opaque)  # the kernel answers again
+        run_scenario(for_tests.forward_and_describe, slow, SPECS, torch.randn(2, 3), 0)
+    assert isinstance(run_scenario(for_tests.call, remote(kernel_bridge, "Stack")), Opaque)  # the kernel answers again
 
 
 def test_patching_autograd_in_the_notebook_is_noticed(kernel_bridge):

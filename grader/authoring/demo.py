@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import io
 import sys
-import zipfile
 from pathlib import Path
 
 import nbformat
 
 from grader.authoring.student import _is_solution_only, student_notebook
+from grader.authoring.zipped import zip_bytes
 from grader.chapters import chapter_of
 
 OUT = Path("demo/submissions")
@@ -44,17 +43,6 @@ def _text(nb: nbformat.NotebookNode) -> bytes:
     return (text if text.endswith("\n") else text + "\n").encode("utf-8")
 
 
-def _zip(files: dict[str, bytes]) -> bytes:
-    """A zip with fixed timestamps, so the same notebooks give the same bytes."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data in sorted(files.items()):
-            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
-            z.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
-    return buf.getvalue()
-
-
 def expected(solutions: Path) -> dict[str, bytes]:
     """Relative path -> bytes of every demo file."""
     files: dict[str, bytes] = {}
@@ -64,7 +52,7 @@ def expected(solutions: Path) -> dict[str, bytes]:
         files[f"Ada Lovelace/{path.stem} (1).ipynb"] = _text(answered(sol, 1.0))
         files[f"Ben Bitdiddle/{path.name}"] = _text(answered(sol, 0.0))
         chloe[f"chapters/{path.name}"] = _text(answered(sol, 0.5))
-    files["Chloé Dubois.zip"] = _zip(chloe)
+    files["Chloé Dubois.zip"] = zip_bytes(chloe)
     return files
 
 
@@ -92,7 +80,3 @@ def main(argv: list[str] | None = None) -> int:
             path.write_bytes(data)
     print(f"wrote {len(want)} files to {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -44,7 +44,3 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{path}: ran in {seconds:.1f} s")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import zipfile
 from pathlib import Path
 
 from grader import chapters as chapter_names
 from grader.authoring.release import repo_root
+from grader.authoring.zipped import write_zip
 
 
 SETUP_SH = r"""#!/usr/bin/env bash
@@ -69,14 +69,7 @@ def build(out: Path, chapters: list[str]) -> Path:
                     and path.suffix != ".pyc":
                 files[rel.as_posix()] = path.read_bytes()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data in sorted(files.items()):
-            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
-            info.external_attr = (0o755 if name in ("setup.sh", "run_autograder") else 0o644) << 16
-            z.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
-    tmp.replace(out)
-    return out
+    return write_zip(out, files, executable=("setup.sh", "run_autograder"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +90,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"built {out} for {', '.join(chosen)}: upload it as the assignment's autograder (see README)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

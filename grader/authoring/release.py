@@ -15,12 +15,12 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 from grader.authoring import colab
 from grader.authoring.markers import MarkerError, find_forbidden
 from grader.authoring.student import generate
+from grader.authoring.zipped import write_zip, zip_date
 
 REQUIRED_FILES = ("pyproject.toml", "requirements.txt", "environment.yml", "README.md")
 OPTIONAL_FILES = ("Makefile",)
@@ -35,7 +35,6 @@ SENTINEL = ".grader-release"
 README_COLAB = "<!-- colab -->"  # the line of release/README.md that the Colab route replaces
 # The zip's top folder, whatever --out is called: what a student unzips and then finds in their files.
 TOP_FOLDER = colab.TOP_FOLDER
-ZIP_EPOCH = 315532800  # 1980-01-01, the earliest date a zip entry can hold
 
 
 class ReleaseError(RuntimeError):
@@ -165,19 +164,10 @@ def release_epoch(repo: Path) -> int:
 
 def zip_release(out: Path, epoch: int) -> Path:
     """`out` as a zip beside it (`student.zip` for `dist/student`) under the top folder TOP_FOLDER, every
-    entry dated `epoch` (UTC).
-
-    Fixed dates and sorted entries: the same release gives the same bytes."""
-    date_time = time.gmtime(max(epoch, ZIP_EPOCH))[:6]
-    target = out.with_suffix(".zip")
-    tmp = target.with_name(target.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != SENTINEL):
-            info = zipfile.ZipInfo(f"{TOP_FOLDER}/{path.relative_to(out).as_posix()}", date_time=date_time)
-            info.external_attr = 0o644 << 16
-            z.writestr(info, path.read_bytes(), compress_type=zipfile.ZIP_DEFLATED)
-    tmp.replace(target)
-    return target
+    entry dated `epoch` (UTC), so the same release gives the same bytes."""
+    members = {f"{TOP_FOLDER}/{path.relative_to(out).as_posix()}": path.read_bytes()
+               for path in out.rglob("*") if path.is_file() and path.name != SENTINEL}
+    return write_zip(out.with_suffix(".zip"), members, zip_date(epoch))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,9 +71,6 @@ def _fast_tmp() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-RemoteObject = Opaque  # the name the first tests used
-
-
 def load_reply(name: str | os.PathLike, dir_fd: int | None = None) -> dict | None:
     """The reply, if it is a plain file of plain values (a link, a FIFO or a huge file is no reply)."""
     try:

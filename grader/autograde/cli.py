@@ -102,7 +102,3 @@ def closing_line(summary: Summary, out: Path) -> str:
     parts = top + ([_count(per_student, "per-student file")] if per_student else [])
     listed = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     return f"{head}; wrote {listed} in {out}"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

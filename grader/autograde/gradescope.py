@@ -19,7 +19,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -118,7 +117,3 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(args.results, json.dumps(results, ensure_ascii=False, indent=2) + "\n")
     console.print(f"wrote {args.results}: {results['score']} points")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

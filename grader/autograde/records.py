@@ -29,9 +29,6 @@ class ExerciseGrade:
     message: str          # one line an instructor can act on
     checks: list[CheckRecord] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict) -> "ExerciseGrade":
         d = dict(d)
