@@ -1,4 +1,4 @@
-"""Does grader.bench.time_fn agree with the standard timers? A report for `make bench`.
+"""Does grader.course.bench.time_fn agree with the standard timers? A report for `make bench`.
 
 CPU: fp32 square matmuls against torch.utils.benchmark's blocked_autorange (target ratio
 0.97-1.03). CUDA, when present: fp32 matmuls against triton.testing.do_bench (same target),
@@ -18,7 +18,7 @@ from torch.utils.benchmark import Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from grader.bench import time_fn, time_matmul  # noqa: E402
+from grader.course.bench import time_fn, time_matmul  # noqa: E402
 
 CPU_SIZES = (256, 512, 1024)
 CUDA_SIZES = (1024, 4096, 8192)

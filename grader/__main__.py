@@ -12,7 +12,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "test": ("set up what is missing, then run every notebook and show each exercise", "grader.lab", None),
     "grade": ("grade a folder of submissions into grades.csv and per-student reports", "grader.autograde.cli",
               "instructors"),
-    "mfu": ("time matmuls per dtype on this device and report MFU", "grader.mfu", None),
+    "mfu": ("time matmuls per dtype on this device and report MFU", "grader.course.mfu", None),
     "student": ("generate notebooks/ from solutions/", "grader.authoring.student", "course authors"),
     "release": ("build the student release (no solutions, no hidden checks)", "grader.authoring.release",
                 "course authors"),

@@ -85,7 +85,7 @@ def ddp_rank_hangs(d: Path) -> None:
               "    if rank == 1:\n        time.sleep(3600)\n    t = __import__('torch').ones(1)\n"
               "    dist.all_reduce(t)\n    return {}\n")
     nb = replace_cell(nb, r"^%%writefile ddp_worker\.py", worker)
-    nb = replace_cell(nb, r"^def ddp_train\(", "from grader import distributed\n\n"
+    nb = replace_cell(nb, r"^def ddp_train\(", "from grader.course import distributed\n\n"
                       "def ddp_train(world_size=2, steps=5, lr=0.1, seed=0):\n"
                       "    return distributed.launch('ddp_worker:train_worker', world_size, (steps, lr, seed),"
                       " timeout=600)[0]\n")

@@ -29,7 +29,7 @@ def test_a_missing_dependency_is_not_blamed_on_the_release(monkeypatch):
 
 
 def test_a_missing_module_of_the_student_path_is_an_error(monkeypatch):
-    monkeypatch.setattr(cli.importlib, "import_module", missing("grader.mfu"))
+    monkeypatch.setattr(cli.importlib, "import_module", missing("grader.course.mfu"))
     with pytest.raises(ModuleNotFoundError):
         cli.main(["mfu"])
 

@@ -23,7 +23,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from grader import registry, specs
+from grader import registry
+from grader.course import specs
 from grader.authoring import colab, release, student
 from grader.autograde import tamper
 from tests.test_release import answered_in_release

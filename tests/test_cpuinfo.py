@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader import cpuinfo
-from grader.cpuinfo import (CpuInfo, estimate_flops, ghz_from_max_freq, ghz_from_model,
+from grader.course import cpuinfo
+from grader.course.cpuinfo import (CpuInfo, estimate_flops, ghz_from_max_freq, ghz_from_model,
                             info_from_text, parse_proc_cpuinfo, simd_from_flags)
 
 # A GCP n2 (Cascade Lake) vCPU pair: one core, two hyperthreads, clock in the model name.

@@ -112,6 +112,16 @@ def test_a_bare_python_gets_help_not_a_traceback(tmp_path):
     assert "--no-browser" in done.stdout and "--setup-only" in done.stdout
 
 
+def test_a_bare_python_says_why_the_course_library_is_missing():
+    """`import grader` without torch imports, and `grader.bench` then names what is missing: catches the course
+    library's import in grader/__init__.py leaving the try that lets a bare Python run `python -m grader lab`."""
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None\nimport grader\n"
+            "try:\n    grader.bench\nexcept ImportError as e:\n    print(e)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "grader.bench needs " in done.stdout and "python -m grader lab" in done.stdout, done.stdout
+
+
 # ---------------------------------------------------------------- without what only POSIX has
 
 def remove_posix(patch) -> list[str]:
@@ -156,9 +166,11 @@ def remove_posix(patch) -> list[str]:
     patch.setattr(pathlib.Path, "exists", lambda self, *a, **k: False if gone(self) else real_exists(self, *a, **k))
     patch.setattr(pathlib.Path, "is_dir", lambda self, *a, **k: False if gone(self) else real_is_dir(self, *a, **k))
     taken += list(posix_only)
+    from grader.course import pagecache
     from grader.scenarios import memory
 
-    patch.setattr(memory, "_mincore", None)  # what its import finds on Windows: no mincore in the C library
+    for probe in (memory, pagecache):  # what their import finds on Windows: no mincore in the C library
+        patch.setattr(probe, "_mincore", None)
     taken.append("mincore")
     return taken
 

@@ -1,7 +1,7 @@
-"""grader.memtrack: the bytes of tensors alive at once, measured on the CPU by watching every operation."""
+"""grader.course.memtrack: the bytes of tensors alive at once, measured on the CPU by watching every operation."""
 import torch
 
-from grader.memtrack import track_memory
+from grader.course.memtrack import track_memory
 
 
 def test_counts_what_is_allocated_and_freed_inside():

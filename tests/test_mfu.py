@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import bench, mfu
+from grader.course import bench, mfu
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -12,7 +12,7 @@ import platform
 import pytest
 import torch
 
-from grader import applegpu, bench, cpuinfo, mfu, specs
+from grader.course import applegpu, bench, cpuinfo, mfu, specs
 
 PROFILER_M2_PRO = json.dumps({"SPDisplaysDataType": [{"_name": "Apple M2 Pro", "sppci_cores": "19",
                                                        "sppci_device_type": "spdisplays_gpu"}]})

@@ -97,7 +97,7 @@ def test_the_zip_holds_no_solution_no_hidden_check_and_nothing_to_rebuild_them(s
     for private in ("grader/hidden/", "grader/authoring/", "grader/autograde/"):
         assert not any(private in n for n in names), private
     assert not any(find_forbidden(t) for n, t in texts.items() if n.endswith((".py", ".ipynb")))
-    # The checks and scenarios must hold no solution; the course's own tools (grader/bench.py's CUDA-event
+    # The checks and scenarios must hold no solution; the course's own tools (grader/course/bench.py's CUDA-event
     # timer, say) are what chapters teach with, and are shipped on purpose.
     code = {n: t for n, t in texts.items() if n.endswith(".py") and ("/grader/exercises/" in n or "/grader/scenarios/" in n)}
     code.update({n: "\n".join(c.source for c in nbformat.reads(t, as_version=4).cells)

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grader import specs
-from grader.specs import DTYPE_KEYS, device_peak, dtype_key, lookup, peak_flops
+from grader.course import specs
+from grader.course.specs import DTYPE_KEYS, device_peak, dtype_key, lookup, peak_flops
 
 # Names as torch.cuda.get_device_name reports them -> expected row (None: not in the table).
 NAMES = [
@@ -308,13 +308,13 @@ def test_device_peak_cuda_unknown_or_missing_dtype(monkeypatch) -> None:
 
 
 def test_memory_bandwidth_is_the_datasheets_and_none_where_unknown():
-    from grader.specs import lookup, memory_bandwidth
+    from grader.course.specs import lookup, memory_bandwidth
     assert lookup("NVIDIA H100 80GB HBM3").bandwidth == 3.35e12
     assert lookup("NVIDIA H200").bandwidth == 4.8e12
     assert lookup("NVIDIA A100-SXM4-80GB").bandwidth is None  # the row covers variants that differ
     assert lookup("NVIDIA A10G").bandwidth is None
     assert memory_bandwidth("cpu") is None  # a CPU's is measured, not looked up
-    for spec in __import__("grader.specs", fromlist=["table"]).table():
+    for spec in __import__("grader.course.specs", fromlist=["table"]).table():
         assert spec.bandwidth is None or 1e11 <= spec.bandwidth <= 1e13, spec.name
 
 

@@ -1,7 +1,7 @@
 """How a ddp_train run is judged (chapter 10): which rows each rank trained on, which step each rank took,
 and rank 0's final state. Public like the checks that use it: it holds no solution.
 
-The run is recorded by the models toy_model builds in the ranks (grader/ddp_record.py): at each training
+The run is recorded by the models toy_model builds in the ranks (grader/course/ddp_record.py): at each training
 forward, the rows received and the weights held. Rows are matched to toy_batch(seed, t). The weights at
 forward t minus those at forward t + 1, over lr, are the gradient that rank stepped with; it must be the
 mean of the ranks' own gradients (each the gradient of the mean-squared error of its own rows). So
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from grader.distributed import TOY_BATCH, toy_batch, toy_model
+from grader.course.distributed import TOY_BATCH, toy_batch, toy_model
 from grader.expect import describe, expect, expect_equal, expect_tensor, expect_type, fail
 from grader.scenario import run_scenario
 from grader.scenarios import ddp as scenarios
@@ -66,7 +66,7 @@ def ranks_of(run: dict[str, Any]) -> list[Rank]:
     ranks = sorted(r.rank for r in found)
     if -1 in ranks:
         fail(f"{what}: a process trained a toy_model without knowing its rank (no process group joined, no RANK "
-             "in its environment): launch the ranks with grader.distributed.launch and join the process group")
+             "in its environment): launch the ranks with grader.course.distributed.launch and join the process group")
     if ranks != list(range(n)):
         fail(f"{what}: {len(found)} process(es) trained a toy_model (as ranks {ranks}) in a world of {n}: launch "
              f"{n} processes, rank r of them training its own copy")

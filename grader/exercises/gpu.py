@@ -13,8 +13,8 @@ from grader.expect import describe, expect, expect_raises, factor_hint, fail
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import gpu as scenarios
-from grader import bench  # noqa: F401  (so the forbidden grader.bench.time_fn can be found)
-from grader import specs  # noqa: F401  (so the forbidden grader.specs.memory_bandwidth can be found)
+from grader.course import bench  # noqa: F401  (so the forbidden grader.course.bench.time_fn can be found)
+from grader.course import specs  # noqa: F401  (so the forbidden grader.course.specs.memory_bandwidth can be found)
 from grader import wire
 # Imported so the forbidden helpers below can be found (and refused) even when the student imports them later.
 import torch.fx.node  # noqa: F401,E402
@@ -45,13 +45,13 @@ def _present(names: tuple[str, ...]) -> tuple[str, ...]:
 WALKERS = _present(("torch.distributed.utils._recursive_to", "torch.distributed.utils._apply_to_tensors",
                     "torch.fx.node.map_aggregate", "torch._C._fx_map_aggregate"))
 # Whole timers: warm-up, repetitions, CUDA synchronization and the median in one call.
-TIMERS = ("grader.bench.time_fn", "grader.bench._time_host", "grader.bench._time_cuda",
+TIMERS = ("grader.course.bench.time_fn", "grader.course.bench._time_host", "grader.course.bench._time_cuda",
           *_present(tuple(f"torch.utils.benchmark.Timer.{m}" for m in (
               "timeit", "blocked_autorange", "adaptive_autorange", "autorange"))))
 TO_DEVICE = exercise("gpu.to_device", points=3, forbid=(*PYTREE, *WALKERS))
 TIME_FN = exercise("gpu.time_fn", points=3, forbid=TIMERS)
-# A datasheet's bandwidth is not a measurement: grader.specs' table would answer without copying a byte.
-TRANSFER_BANDWIDTH = exercise("gpu.transfer_bandwidth", points=2, forbid=("grader.specs.memory_bandwidth",))
+# A datasheet's bandwidth is not a measurement: grader.course.specs' table would answer without copying a byte.
+TRANSFER_BANDWIDTH = exercise("gpu.transfer_bandwidth", points=2, forbid=("grader.course.specs.memory_bandwidth",))
 MEMORY_DELTA = exercise("gpu.memory_delta", points=2)
 
 
@@ -483,7 +483,7 @@ def _delta_hint(case: str, got: int, nbytes: int) -> str:
     if case == "return" and got == nbytes:
         return " (that is fn's return value: drop it before you measure; it is not kept)"
     if got == 0 and case in ("keep", "several", "temporary", "view"):
-        return " (nothing? measure on the device fn allocates on: on a CPU with grader.memtrack.track_memory)"
+        return " (nothing? measure on the device fn allocates on: on a CPU with grader.course.memtrack.track_memory)"
     return ""
 
 

@@ -7,8 +7,8 @@ built linearly from the gradients (one per parameter, or all flattened into one 
 by 1 + 2 + ... + world_size, and the true average is known exactly.
 
 ddp_train runs for real (it starts its own processes); what its ranks did is recorded by the models
-grader.distributed.toy_model builds while the environment variable below names a folder (the ranks
-inherit it; grader/ddp_record.py writes the records).
+grader.course.distributed.toy_model builds while the environment variable below names a folder (the ranks
+inherit it; grader/course/ddp_record.py writes the records).
 """
 import os
 import shutil
@@ -22,7 +22,7 @@ from . import common
 _SUM = dist.ReduceOp.SUM if dist.is_available() else None
 _randn, _manual_seed = torch.randn, torch.manual_seed
 _load, _listdir, _join = torch.load, os.listdir, os.path.join
-_RECORD_ENV = "GRADER_DDP_RECORD"  # grader.ddp_record.RECORD_ENV (this module may not import grader)
+_RECORD_ENV = "GRADER_DDP_RECORD"  # grader.course.ddp_record.RECORD_ENV (this module may not import grader)
 
 
 def _model(spec, seed, frozen):

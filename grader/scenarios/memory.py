@@ -13,6 +13,10 @@ the call touched. It counts them three ways and reports the largest:
 * the peak of numpy's allocations during the call (tracemalloc): whole copies such as np.array(data).
 
 A batch touches a page or two per window; reading everything touches all 4096.
+
+The notebook shows the same probe from the course library (grader/course/pagecache.py). This module keeps its
+own copy of it because a scenario's source is installed alone in the grading kernel and may import nothing
+of the grader (grader/scenarios/__init__.py); a change to one is a change to both.
 """
 import mmap
 import os

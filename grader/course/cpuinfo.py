@@ -176,7 +176,7 @@ def describe(info: CpuInfo, dtype: torch.dtype | str) -> str:
     name = _dtype_name(dtype)
     lanes = info.fp32_lanes // 2 if name == "float64" else info.fp32_lanes
     ghz = f"{info.ghz:.2f} GHz" if info.ghz else "unknown GHz"
-    return (f"estimate (grader.cpuinfo): {info.cores} cores x {ghz} x {info.fma_units} FMA units"
+    return (f"estimate (grader.course.cpuinfo): {info.cores} cores x {ghz} x {info.fma_units} FMA units"
             f" x {lanes} {name} lanes ({info.simd}) x 2 FLOP/FMA; assumes {FMA_UNITS} FMA units"
             " per core")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grader import applegpu, cpuinfo
+from grader.course import applegpu, cpuinfo
 
 DTYPE_KEYS = ("float64", "float32", "tf32", "bfloat16", "float16", "float8_e4m3fn",
               "float8_e5m2", "int8")
@@ -480,7 +480,7 @@ def device_peak(device: torch.device | str | None, dtype: torch.dtype | str, *,
 
 
 def _apple_peak(key: str | None) -> Peak | None:
-    """This Mac's GPU: Apple's published figure or an estimate (grader.applegpu), marked as such."""
+    """This Mac's GPU: Apple's published figure or an estimate (grader.course.applegpu), marked as such."""
     gpu = applegpu.apple_gpu()
     flops = applegpu.estimate_flops(gpu, key) if gpu is not None and key is not None else None
     if flops is None:

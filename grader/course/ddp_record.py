@@ -1,7 +1,7 @@
 """What each rank of a chapter 10 training run did, recorded by the model itself, for the ddp_train checks.
 
 While the environment names a folder in RECORD_ENV (the ddp_train scenario sets it; spawned ranks inherit
-it), every model `grader.distributed.toy_model` builds records each training forward (gradients on) there:
+it), every model `grader.course.distributed.toy_model` builds records each training forward (gradients on) there:
 the rows it received, its weights at that moment, its rank and whether a process group was up. The check
 reads which rows each rank trained on, and from consecutive weights which step each rank took, whatever
 wrapped the model (DistributedDataParallel, gradients averaged by hand, SGD written out).

@@ -24,7 +24,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from grader import cpuinfo
+from grader.course import cpuinfo
 
 ALUS_PER_CORE = 128
 # GPU clock in GHz by chip ("M1", "M1 Pro", ...), with where the figure comes from.
@@ -101,7 +101,7 @@ def describe(gpu: AppleGpu, dtype_key: str) -> str:
         return f"published by Apple: {published[1]}" + _rate_note(dtype_key)
     clock = CLOCKS.get(gpu.chip)
     ghz = f"{clock[0]:.3f} GHz ({clock[1]})" if clock else "unknown GHz"
-    return (f"estimate (grader.applegpu): {gpu.cores or 'unknown'} GPU cores x {ALUS_PER_CORE} ALUs x 2 FLOP/FMA"
+    return (f"estimate (grader.course.applegpu): {gpu.cores or 'unknown'} GPU cores x {ALUS_PER_CORE} ALUs x 2 FLOP/FMA"
             f" x {ghz}" + _rate_note(dtype_key))
 
 

@@ -1,6 +1,6 @@
 """`python -m grader mfu`: time square matmuls per dtype on this device and report MFU.
 
-MFU = achieved FLOP/s / the device's dense peak for that dtype (grader.specs). On CPU the
+MFU = achieved FLOP/s / the device's dense peak for that dtype (grader.course.specs). On CPU the
 peak is an estimate, so the MFU there is a rough guide; on CUDA it is the datasheet number.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from grader import bench, specs
+from grader.course import bench, specs
 
 CPU_SIZES = (256, 512, 1024)
 CUDA_SIZES = (256, 512, 1024, 2048, 4096, 8192)
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         console.print(f"Device: {device} - {name} ({props.multi_processor_count} SMs)")
-        console.print("Peaks are dense (no sparsity) datasheet numbers from grader.specs.")
+        console.print("Peaks are dense (no sparsity) datasheet numbers from grader.course.specs.")
     elif device.type == "mps":
         console.print(f"Device: mps - {name}")
         peak = specs.device_peak(device, torch.float32)

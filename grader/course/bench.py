@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from grader import applegpu, cpuinfo, specs
+from grader.course import applegpu, cpuinfo, specs
 
 __all__ = [
     "MatmulTiming",

@@ -10,7 +10,7 @@ first was taken meanwhile, and a child's exception raised in the notebook with i
 must live in an importable file (spawned processes cannot import a notebook cell's function): on sys.path,
 or in the working directory, which each child puts first on its sys.path.
 
-`toy_model`'s models record their training forwards for chapter 10's checks when asked (grader/ddp_record.py).
+`toy_model`'s models record their training forwards for chapter 10's checks when asked (grader/course/ddp_record.py).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from grader.ddp_record import record_if_asked
+from grader.course.ddp_record import record_if_asked
 
 __all__ = ["free_port", "launch", "WorkerError", "toy_model", "toy_batch", "TOY_BATCH"]
 
@@ -230,7 +230,7 @@ def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int 
     import torch.distributed as dist
     from torch.utils.flop_counter import FlopCounterMode
 
-    from grader import specs
+    from grader.course import specs
 
     torch.set_num_threads(threads)
     peak = specs.device_peak("cpu", torch.float32)  # this rank's cores: `threads` of them
