@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-from grader import distributed
+from grader.course import distributed
 from grader.results import ERROR
 from grader.runner import run_exercise
 
@@ -127,7 +127,7 @@ WORKERS = textwrap.dedent('''
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DistributedSampler
-    from grader.distributed import toy_batch, toy_model
+    from grader.course.distributed import toy_batch, toy_model
 
 
     def join(rank, world_size):
@@ -718,7 +718,7 @@ def test_summing_without_dividing_is_named_the_sum():
 def test_toy_model_records_its_training_forwards_only_when_asked(tmp_path, monkeypatch):
     """Outside a ddp_train check toy_model is a plain model; inside, each forward with gradients on is recorded
     (a forward under no_grad is evaluation, not a training step)."""
-    from grader.ddp_record import RECORD_ENV
+    from grader.course.ddp_record import RECORD_ENV
 
     monkeypatch.delenv(RECORD_ENV, raising=False)
     assert not distributed.toy_model(0)._forward_pre_hooks

@@ -15,8 +15,8 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._pytree import tree_map
 
-from grader import bench
-from grader.memtrack import track_memory
+from grader.course import bench
+from grader.course.memtrack import track_memory
 from grader.results import ERROR
 from grader.runner import run_exercise
 
@@ -190,7 +190,7 @@ def bandwidth_own_timer(nbytes, pinned, device):
 
 
 def bandwidth_bench(nbytes, pinned, device):
-    """grader.bench.time_fn is allowed here; the source is made with pin_memory= directly."""
+    """grader.course.bench.time_fn is allowed here; the source is made with pin_memory= directly."""
     if nbytes < 1:
         raise ValueError(nbytes)
     device = torch.device(device)
@@ -249,7 +249,7 @@ def memory_delta_stats(fn, device):
 
 
 def memory_delta_tracker(fn, device):
-    """grader.memtrack does both devices itself."""
+    """grader.course.memtrack does both devices itself."""
     with track_memory(device) as mem:
         fn()
     return mem.current
@@ -638,9 +638,9 @@ def time_fn_bench_host(fn, warmup=3, reps=10):
 TIMER_SHORTCUTS = [W("time_fn", fn, "calls_fn_warmup_plus_reps_times", f"not call {name}")
                    for fn, name in [(time_fn_torch_timer, "torch.utils.benchmark.Timer.timeit"),
                                     (time_fn_blocked_autorange, "torch.utils.benchmark.Timer.blocked_autorange"),
-                                    (time_fn_bench_host, "grader.bench._time_host"),
+                                    (time_fn_bench_host, "grader.course.bench._time_host"),
                                     (lambda fn, warmup=3, reps=10: bench.time_fn(fn, warmup=warmup, reps=reps),
-                                     "grader.bench.time_fn")]]
+                                     "grader.course.bench.time_fn")]]
 
 
 def to_device_nothing(batch, device, non_blocking=False):
@@ -698,7 +698,7 @@ def bandwidth_per_millisecond(nbytes, pinned, device):
 
 def bandwidth_datasheet(nbytes, pinned, device):
     """The spec table's memory bandwidth instead of a measured copy."""
-    from grader import specs
+    from grader.course import specs
     if nbytes < 1:
         raise ValueError(nbytes)
     return float(specs.memory_bandwidth(device) or 1e10)
@@ -852,7 +852,7 @@ WRONG = [
     W("transfer_bandwidth", bandwidth_per_millisecond, "bytes_per_second_on_cpu", "bytes per millisecond?"),
     # grader.specs.memory_bandwidth answers from a table, without copying: refused in the first public check
     W("transfer_bandwidth", bandwidth_datasheet, "bytes_per_second_on_cpu",
-      "not call grader.specs.memory_bandwidth"),
+      "not call grader.course.specs.memory_bandwidth"),
     # memory_delta
     W("memory_delta", memory_delta_peak, "not_the_peak", "that is the peak"),
     W("memory_delta", memory_delta_absolute, "cuda_counters", "that counts what was allocated before fn ran"),
