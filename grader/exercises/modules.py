@@ -506,7 +506,7 @@ def expect_shapes(got_shapes, want: dict[str, tuple[int, ...]], what: str) -> No
     extra = [n for n in got_shapes if n not in want]
     if missing or extra:
         def some(names: list[str]) -> str:
-            return f"{names[:4]}" + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            return (f"{names[:4]}" + (f" and {len(names) - 4} more" if len(names) > 4 else "")) if names else "none"
         fail(f"{what}: {len(got_shapes)} names, expected {len(want)}: missing {some(missing)}, unexpected "
              f"{some(extra)}; use the qualified names of named_modules(), nested ones included")
     for name, shape in want.items():
