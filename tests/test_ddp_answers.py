@@ -640,8 +640,7 @@ CORRECT_WORKERS = [
 
 @pytest.mark.parametrize("module,worker", CORRECT_WORKERS, ids=[w for _, w in CORRECT_WORKERS])
 def test_correct_training_runs_pass_every_check(workers, module, worker):
-    r = run_exercise("ddp.ddp_train", ddp_with(worker, module), hidden=True)
-    assert r.status == "passed", [(c.name, c.message) for c in r.checks if not c.passed]
+    assert_passes("ddp", "ddp_train", ddp_with(worker, module))
 
 
 SHARDING, AVERAGING, SAME = "each_rank_its_own_rows", "gradients_averaged_before_each_step", "two_processes_equal_one"
