@@ -403,14 +403,14 @@ MiB = 2**20
 
 def expect_bandwidth(transfer_bandwidth, nbytes: int, pinned: bool, device, what: str) -> float:
     out = run_scenario(scenarios.bandwidth, transfer_bandwidth, nbytes, pinned, device)
-    value = out["bandwidth"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        fail(f"{what} returned {describe(value)}; return bytes per second as a Python float")
-    value = float(value)
+    for value in out["bandwidth"]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail(f"{what} returned {describe(value)}; return bytes per second as a Python float")
+        if not float(value) > 0:  # NaN too
+            fail(f"{what} returned {float(value)}; a bandwidth is positive")
+    value = max(float(v) for v in out["bandwidth"])  # its best call: load only ever slows a copy down
     slow, fast = max(out["reference_seconds"]), min(out["reference_seconds"])  # plain copies timed beside it
     lo, hi = nbytes / slow / 8, 4 * nbytes / fast
-    if value <= 0 or value != value:
-        fail(f"{what} returned {value}; a bandwidth is positive")
     if value < lo:
         ratio = nbytes / slow / value
         if value < 1e3:
