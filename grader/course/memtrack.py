@@ -4,7 +4,9 @@ On CUDA the caching allocator keeps the statistic (`torch.cuda.max_memory_alloca
 MPS (whose `torch.mps.current_allocated_memory` keeps no peak), have no such counter, so `track_memory` watches every tensor the code's operations produce (a TorchDispatchMode sees
 them all, the backward pass included) and every storage's end (a weakref finalizer fires when the storage
 is really freed, however many views shared it), and keeps the running total and its peak. Both count
-bytes of tensor storage the code allocated; neither counts what was alive before it started.
+bytes of tensor storage the code allocated; neither counts what was alive before it started. One difference:
+CUDA's counters are net, so a tensor from before that the block frees (old gradients dropped by `zero_grad()`)
+lowers `current` and `peak` there and not on a CPU; free such tensors before the block to compare devices.
 
     with track_memory(device) as mem:
         loss = model(x).sum(); loss.backward(); opt.step()
