@@ -36,7 +36,7 @@ def grade_processes() -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "launch.py" in cmd or ("multiprocessing" in cmd and "spawn_main" in cmd):
+        if "launch.py" in cmd or ("multiprocessing" in cmd and ("spawn_main" in cmd or "forkserver" in cmd)):
             try:
                 if str(RUN_TMP) in cmd or str(RUN_TMP) in p.environ().get("PYTHONPATH", ""):
                     found.append(p)

@@ -1,14 +1,19 @@
 """Real `torch.distributed` processes launched from a notebook, safely, and the toy problem chapter 10 trains.
 
-`launch("ddp_worker:train_worker", world_size=2, args=(...))` starts `world_size` fresh Python processes
-(multiprocessing's "spawn", as `torch.multiprocessing.spawn` does), each with the environment
-`init_process_group` reads (MASTER_ADDR, MASTER_PORT on a free port, RANK, WORLD_SIZE), calls
+`launch("ddp_worker:train_worker", world_size=2, args=(...))` starts `world_size` processes, each with the
+environment `init_process_group` reads (MASTER_ADDR, MASTER_PORT on a free port, RANK, WORLD_SIZE), calls
 `fn(rank, world_size, *args)` in each, and returns their results in rank order. What a notebook
 needs and `mp.spawn` does not give: a deadline (a rank that waits for a peer that never comes ends
 the launch with TimeoutError), every child process stopped whatever happens, a second port when the
 first was taken meanwhile, and a child's exception raised in the notebook with its rank. The target
-must live in an importable file (spawned processes cannot import a notebook cell's function): on sys.path,
+must live in an importable file (a new process cannot import a notebook cell's function): on sys.path,
 or in the working directory, which each child puts first on its sys.path.
+
+On Linux the ranks fork from multiprocessing's "forkserver", a clean process started at the first launch that
+imports torch once, instead of each rank starting a fresh interpreter ("spawn", as `torch.multiprocessing.spawn`
+does, and what other systems use): a launch then takes a fraction of a second instead of an import of torch per
+rank. Either way a rank gets the launching process's environment, working directory and sys.path as they are
+at the launch, and nothing else of its memory.
 
 `toy_model`'s models record their training forwards for chapter 10's checks when asked (grader/course/ddp_record.py).
 """
@@ -71,13 +76,32 @@ def _to_bytes(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, results: Any) -> None:
-    """In a child: the rendezvous environment, one thread per core share, the target, and its result or error."""
+# What the forkserver imports once, so that no rank imports it again.
+_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", __name__]
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """Linux: the forkserver with torch preloaded (forking the notebook's own process would copy its threads and
+    state); elsewhere spawn (Windows has no fork, and macOS's system frameworks are not safe to fork)."""
+    if sys.platform != "linux":
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts, at the first launch
+    return ctx
+
+
+def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, results: Any,
+               environ: dict[str, str]) -> None:
+    """In a child: the launcher's environment (a forkserver's children would otherwise have the server's, from
+    its start), the rendezvous variables, one thread per core share, the target, and its result or error."""
+    os.environ.clear()
+    os.environ.update(environ)
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)})
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-    # spawn starts the child in the parent's working directory but puts the folder the parent *started* in on
-    # sys.path: the folder a notebook writes its worker into (chapter 10 works in a temporary one) comes first
+    # the child starts in the parent's working directory but with the parent's sys.path, which holds the folder
+    # the parent *started* in: the folder a notebook writes its worker into (chapter 10 works in a temporary one)
+    # comes first
     here = os.getcwd()
     if here not in sys.path:
         sys.path.insert(0, here)
@@ -115,11 +139,12 @@ def _stop(processes: Sequence[multiprocessing.Process]) -> None:
 
 
 def _run_once(target: str, world_size: int, args: tuple, timeout: float) -> list[Any]:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     port = free_port()
-    processes = [ctx.Process(target=_bootstrap, args=(target, rank, world_size, port, args, results), daemon=True,
-                             name=f"rank-{rank}") for rank in range(world_size)]
+    environ = dict(os.environ)
+    processes = [ctx.Process(target=_bootstrap, args=(target, rank, world_size, port, args, results, environ),
+                             daemon=True, name=f"rank-{rank}") for rank in range(world_size)]
     done: dict[int, Any] = {}
     deadline = time.monotonic() + timeout
     try:
