@@ -19,6 +19,10 @@ from pathlib import Path
 # are cores, and a second OpenMP thread in each only spins waiting for a core another process holds. Set
 # before torch (imported with grader below) starts its thread pool, and inherited by every process started.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Bytecode for the repository's own modules (gitignored __pycache__): an environment that sets
+# PYTHONDONTWRITEBYTECODE makes each of the run's hundreds of Python processes compile grader/ from source again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 import pytest  # noqa: E402
 from filelock import FileLock  # noqa: E402

@@ -25,6 +25,7 @@ from grader.autograde.canvas import parse_name
 from grader.autograde.late import LatePolicy, days_late, lateness, parse_time
 from grader.autograde.overrides import read_overrides
 from tests import hazards
+from tests.inprocess import run_grader
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = "tensors."       # exercise ids as in grades.csv
@@ -39,6 +40,13 @@ def grade(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProc
     command = [sys.executable, "-m", "grader", "grade", str(submissions), "--out", str(out),
                "--chapters", "01_tensors", "--workers", "1", *extra]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def grade_again(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The same command in this process (tests/inprocess.py), for a run that grades no notebook: OUT already holds
+    every record, or the run stops on its options first."""
+    return run_grader("grade", str(submissions), "--out", str(out), "--chapters", "01_tensors", "--workers", "1",
+                      *extra)
 
 
 def half_solved() -> nbformat.NotebookNode:
@@ -84,7 +92,7 @@ def regrade(graded: dict, where: Path, *extra: str,
     shutil.copytree(graded["out"], out)
     if overrides is not None:
         (out / "overrides.csv").write_text(overrides, encoding="utf-8")
-    run = grade(graded["zip"], out, *extra)
+    run = grade_again(graded["zip"], out, *extra)
     assert "0 notebooks run" in run.stderr or run.returncode != 0, run.stderr[-3000:]
     return run, out
 
@@ -244,13 +252,13 @@ def test_overrides_never_touch_the_graded_records(graded, overridden):
 def test_overrides_are_kept_across_re_runs_and_a_new_file_is_applied_to_an_existing_out(graded, overridden, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(overridden, out)
-    again = grade(graded["zip"], out)                      # OUT/overrides.csv is read on every run
+    again = grade_again(graded["zip"], out)                      # OUT/overrides.csv is read on every run
     assert again.returncode == 0 and "every output in" in again.stderr and "already up to date" in again.stderr
     assert by_student(out / "gradebook.csv")[BEN]["total"] == "11"
 
     (out / "overrides.csv").write_text("student,exercise,score,reason\n"
                                        "bitdiddleben (23456),tensors.merge_heads,0,no docstring\n", encoding="utf-8")
-    changed = grade(graded["zip"], out)
+    changed = grade_again(graded["zip"], out)
     assert changed.returncode == 0 and "0 notebooks run" in changed.stderr, changed.stderr[-3000:]
     book = by_student(out / "gradebook.csv")
     assert (book[BEN]["total"], book[CHLOE]["total"]) == ("11", "7")       # Chloé's override is gone
@@ -269,7 +277,7 @@ def test_a_bad_override_stops_the_run_before_any_output_changes(graded, overridd
     shutil.copytree(overridden, out)               # an OUT with every output of an earlier run, overrides applied
     (out / "overrides.csv").write_text(OVERRIDES + row + "\n", encoding="utf-8")
     before = snapshot(out)
-    run = grade(graded["zip"], out)
+    run = grade_again(graded["zip"], out)
     assert run.returncode == 2, run.stderr[-3000:]
     assert message in " ".join(run.stderr.split())
     assert snapshot(out) == before
@@ -346,14 +354,14 @@ def test_due_date_and_submission_times_with_a_cap(graded, tmp_path):
 def test_late_penalty_applies_after_overrides(graded, overridden, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(overridden, out)
-    run = grade(graded["zip"], out, "--late-penalty", "10%/day")
+    run = grade_again(graded["zip"], out, "--late-penalty", "10%/day")
     assert run.returncode == 0, run.stderr[-3000:]
     assert by_student(out / "gradebook.csv")[BEN]["01_tensors late"] == "1 day late, -10% of 11"
     assert by_student(out / "gradebook.csv")[BEN]["total"] == "9.9"
 
 
 def test_late_options_that_mean_nothing_stop_the_command(tmp_path):
-    run = grade(tmp_path, tmp_path / "out", "--due", "2026-12-01T23:59+01:00")
+    run = grade_again(tmp_path, tmp_path / "out", "--due", "2026-12-01T23:59+01:00")
     assert run.returncode == 2 and "--due needs --late-penalty" in run.stderr, run.stderr[-3000:]
     assert not (tmp_path / "out").exists()
 
@@ -380,7 +388,7 @@ def test_a_bad_submission_time_stops_the_run_before_any_output_changes(graded, t
     (tmp_path / "times.csv").write_text("student,time\n12345,2026-12-03T20:00+01:00\nnobody,2026-12-03T20:00Z\n",
                                         encoding="utf-8")
     before = snapshot(out)
-    run = grade(graded["zip"], out, "--due", "2026-12-01T23:59+01:00", "--late-penalty", "10%/day",
+    run = grade_again(graded["zip"], out, "--due", "2026-12-01T23:59+01:00", "--late-penalty", "10%/day",
                 "--submitted-at", str(tmp_path / "times.csv"))
     assert run.returncode == 2 and "times.csv row 3: unknown student 'nobody'" in run.stderr, run.stderr[-3000:]
     assert snapshot(out) == before

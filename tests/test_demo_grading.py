@@ -1,7 +1,10 @@
-"""`make grade` on the demo cohort's solved and untouched students, every chapter: the solutions get full
-marks under grading (kernel, bridge, scenarios, hidden checks) and the untouched student notebooks get
-not_implemented for every exercise. The half-solved zip (every exercise of it is solved by one student
-here and untouched by the other) is graded in tests/test_grading.py, cut to chapter 01."""
+"""`make grade` on the demo cohort's solved student, every chapter: the solutions get full marks under grading
+(kernel, sandbox, bridge, scenarios, hidden checks). The untouched notebooks' stubs end as not_implemented under
+every public and hidden check of every chapter, checked here in-process: their grading path (a stub's
+NotImplementedError raised in the kernel) is the same for every chapter and runs end to end for chapter 01 in
+tests/test_grading.py (the killed run grades the demo's untouched student), tests/test_gradescope.py and
+tests/test_browser.py, and their Run All in the student's kernel in tests/test_release.py. The half-solved zip
+is graded in tests/test_grading.py, cut to chapter 01."""
 from __future__ import annotations
 
 import csv
@@ -12,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from grader import chapters, registry
+from grader import chapters, registry, runner
+from grader.results import NOT_IMPLEMENTED
+from tests.test_lab import solution_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "demo" / "submissions"
-GRADED = ("Ada Lovelace", "Ben Bitdiddle")
+GRADED = ("Ada Lovelace",)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,16 @@ def test_solutions_get_full_marks_under_grading(demo_grades):
     assert not wrong
 
 
-def test_untouched_notebooks_are_not_implemented_under_grading(demo_grades):
-    wrong = {r["exercise"]: (r["status"], r["message"]) for r in demo_grades
-             if r["student"] == "Ben Bitdiddle" and (r["status"] != "not_implemented" or float(r["score"]) != 0)}
+@pytest.mark.parametrize("stem", graded_chapters())
+def test_untouched_notebooks_are_not_implemented_under_every_check(stem, tmp_path, monkeypatch):
+    """Ben's notebook, the student release's as handed out: each stub ends not_implemented, scoring 0, under every
+    public and hidden check (a check that crashed or failed on a stub would say so here)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    namespace = solution_namespace(DEMO / "Ben Bitdiddle" / f"{stem}.ipynb", tmp_path)
+    results = runner.run_namespace(namespace, chapter=chapters.key(stem), hidden=True)
+    assert [r.exercise for r in results] == [e.id for e in registry.load().of(chapters.key(stem))]
+    wrong = {r.exercise: (r.status, [f"{c.name}: {c.status}" for c in r.checks if c.status != NOT_IMPLEMENTED])
+             for r in results if r.status != NOT_IMPLEMENTED or r.score != 0 or not r.checks
+             or any(c.status != NOT_IMPLEMENTED for c in r.checks)}
     assert not wrong

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import hazards
+from tests.inprocess import run_grader
 
 ROOT = Path(__file__).resolve().parents[1]
 # Short limits keep the hazards quick; 5 s per check (not less) leaves room for a loaded machine: make test
@@ -31,6 +32,11 @@ def grade(submissions: Path, out: Path, *extra: str, workers: int = 2) -> subpro
     return subprocess.run([sys.executable, "-m", "grader", "grade", str(submissions), "--out", str(out),
                            "--workers", str(workers), *FAST, *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def grade_again(submissions: Path, out: Path) -> subprocess.CompletedProcess:
+    """The same command in this process (tests/inprocess.py), for a run that grades no notebook."""
+    return run_grader("grade", str(submissions), "--out", str(out), "--workers", "2", *FAST)
 
 
 def rows(out: Path) -> list[dict]:
@@ -135,7 +141,7 @@ def test_hidden_checks_show_pass_or_fail_only(graded):
 def test_a_second_run_reuses_everything_and_changes_no_byte(graded):
     subs, out, _ = graded
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    run = grade(subs, out)
+    run = grade_again(subs, out)
     assert run.returncode == 0
     assert "0 notebooks run" in " ".join(run.stderr.split()), run.stderr[-2000:]
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -143,11 +149,11 @@ def test_a_second_run_reuses_everything_and_changes_no_byte(graded):
 
 
 def test_grading_cannot_run_without_submissions_or_output(tmp_path):
-    run = grade(tmp_path / "nowhere", tmp_path / "out")
+    run = grade_again(tmp_path / "nowhere", tmp_path / "out")
     assert run.returncode == 2 and "not a folder" in run.stderr
     (tmp_path / "subs").mkdir()
     (tmp_path / "file").write_text("x")
-    run = grade(tmp_path / "subs", tmp_path / "file" / "out")
+    run = grade_again(tmp_path / "subs", tmp_path / "file" / "out")
     assert run.returncode == 2 and "cannot write" in run.stderr
 
 
@@ -170,7 +176,11 @@ def test_a_killed_run_resumes_to_the_same_outputs(tmp_path):
     reference = tmp_path / "reference"
     assert grade(demo, reference, workers=1).returncode == 0
     with open(reference / "grades.csv", newline="", encoding="utf-8") as f:
-        chloe = [r["status"] for r in csv.DictReader(f) if r["student"] == "Chloé Dubois"]
+        graded = list(csv.DictReader(f))
+    chloe = [r["status"] for r in graded if r["student"] == "Chloé Dubois"]
+    # the untouched notebook end to end under grading (the other chapters' stubs: tests/test_demo_grading.py)
+    assert {(r["status"], r["score"]) for r in graded if r["student"] == "Ben Bitdiddle"} == {("not_implemented", "0")}
+    assert {r["status"] for r in graded if r["student"] == "Ada Lovelace"} == {"passed"}
     half = len(hazards.EXERCISES) // 2  # the half-solved zip: its first half of the exercises solved, exactly
     assert chloe == ["passed"] * half + ["not_implemented"] * (len(hazards.EXERCISES) - half), chloe
     out = tmp_path / "out"

@@ -1,0 +1,33 @@
+"""`python -m grader ARGS` run in the test's own process, for commands that grade nothing new.
+
+A new interpreter costs about 2 s of CPU before the command does anything (torch and the checks are imported);
+a re-run that reuses OUT's records, or a run that stops on a bad argument before grading, does little else.
+Such runs go through the same `grader.__main__.main` here. A run that would start grading workers fails
+instead: forking the test process is not what `make grade` does, so that run belongs in a subprocess.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+
+import pytest
+
+from grader.__main__ import main
+from grader.autograde import cohort
+
+
+def _no_pool(*_args, **_kwargs):
+    raise AssertionError("this run grades notebooks: run it as a subprocess (`python -m grader ...`), not in-process")
+
+
+def run_grader(*args: str) -> subprocess.CompletedProcess:
+    """`python -m grader *args` in this process: its exit status and what it printed, as subprocess.run gives."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        patch.setattr(cohort, "_pool", _no_pool)
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse's own refusals
+            code = e.code if isinstance(e.code, int) else 2
+    return subprocess.CompletedProcess(["python", "-m", "grader", *args], code, out.getvalue(), err.getvalue())
