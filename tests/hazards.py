@@ -2,9 +2,12 @@
 
 Each entry: student name -> (how the submission is written, the status each exercise must end with).
 Exercises in order: same_storage, element_offset, broadcast_shape, attention_scores, split_heads, merge_heads.
+Hazards about what a cell does when it runs keep the chapter's demonstrations (a demonstration that calls a
+looping exercise is the cell that times out); hazards about the file or its checks get the exercises alone.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 import zipfile
@@ -35,6 +38,24 @@ def solved(stem: str = "01_tensors") -> nbformat.NotebookNode:
         kept.append(cell)
     nb.cells = kept
     return nb
+
+
+def exercises_only(stem: str = "01_tensors") -> nbformat.NotebookNode:
+    """solved(stem) less the chapter's demonstrations, for hazards that are about the file or the grading of the
+    exercises, not about what a cell does when it runs. Kept: every cell that imports, defines or writes a file
+    the exercises use, and every check cell."""
+    nb = solved(stem)
+    nb.cells = [c for c in nb.cells if c.cell_type == "markdown" or _defines(c.source)]
+    return nb
+
+
+def _defines(source: str) -> bool:
+    if source.startswith("%%writefile ") or "grader.check(" in source:
+        return True
+    if source.lstrip().startswith("%"):  # %%needs: a demonstration of a finished exercise
+        return False
+    kept = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    return any(isinstance(node, kept) for node in ast.parse(source).body)
 
 
 def replace_def(nb: nbformat.NotebookNode, name: str, body: str) -> nbformat.NotebookNode:
@@ -124,19 +145,19 @@ def fake_results(d: Path) -> None:
 
 
 def truncated_json(d: Path) -> None:
-    text = nbformat.writes(solved())
+    text = nbformat.writes(exercises_only())
     d.mkdir(parents=True)
     (d / "01_tensors.ipynb").write_text(text[: len(text) // 2], encoding="utf-8")
 
 
 def old_nbformat(d: Path) -> None:
-    nb3 = nbformat.convert(solved(), 3)
+    nb3 = nbformat.convert(exercises_only(), 3)
     d.mkdir(parents=True)
     (d / "01_tensors.ipynb").write_text(nbformat.writes(nb3, version=3), encoding="utf-8")
 
 
 def wrong_kernel(d: Path) -> None:
-    nb = solved()
+    nb = exercises_only()
     nb.metadata["kernelspec"] = {"name": "julia-1.9", "display_name": "Julia 1.9", "language": "julia"}
     nb.metadata["language_info"] = {"name": "julia"}
     nb.metadata["odd"] = {"nested": [1, {"x": None}]}
@@ -144,18 +165,19 @@ def wrong_kernel(d: Path) -> None:
 
 
 def huge_output(d: Path) -> None:
-    write(insert(solved(), "print('x' * 50_000_000)\nfor i in range(20000):\n    print(i)", before_def="element_offset"),
+    write(insert(exercises_only(), "print('x' * 50_000_000)\nfor i in range(20000):\n    print(i)",
+                 before_def="element_offset"),
           d / "01_tensors.ipynb")
 
 
 def deleted_check_cells(d: Path) -> None:
-    nb = solved()
+    nb = exercises_only()
     nb.cells = [c for c in nb.cells if "grader.check(" not in c.source]
     write(nb, d / "01_tensors.ipynb")
 
 
 def duplicate_ids(d: Path) -> None:
-    text = json.dumps({**json.loads(nbformat.writes(solved())), "nbformat_minor": 5})
+    text = json.dumps({**json.loads(nbformat.writes(exercises_only())), "nbformat_minor": 5})
     data = json.loads(text)
     for cell in data["cells"]:
         cell["id"] = "same-id"
@@ -173,26 +195,27 @@ def stderr_warnings(d: Path) -> None:
 
 
 def renamed(d: Path) -> None:
-    write(solved(), d / "jdoe_01_tensors-2.ipynb")
+    write(exercises_only(), d / "jdoe_01_tensors-2.ipynb")
 
 
 def zipped(d: Path) -> None:
     d.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(d.parent / f"{d.name}.zip", "w") as z:
-        z.writestr("work/week1/01_tensors (1).ipynb", nbformat.writes(solved()))
+        z.writestr("work/week1/01_tensors (1).ipynb", nbformat.writes(exercises_only()))
         z.writestr("__MACOSX/work/._01_tensors.ipynb", "junk")
 
 
 def unicode_name(d: Path) -> None:
-    write(solved(), d / "01_tensors.ipynb")
+    write(exercises_only(), d / "01_tensors.ipynb")
 
 
 def control_solved(d: Path) -> None:
-    write(solved(), d / "01_tensors.ipynb")
+    write(exercises_only(), d / "01_tensors.ipynb")
 
 
 def control_wrong(d: Path) -> None:
-    nb = replace_def(solved(), "same_storage", "def same_storage(x, y):\n    return x.data_ptr() == y.data_ptr()\n")
+    nb = replace_def(exercises_only(), "same_storage",
+                     "def same_storage(x, y):\n    return x.data_ptr() == y.data_ptr()\n")
     nb = replace_def(nb, "split_heads", "def split_heads(x, num_heads):\n    *lead, s, w = x.shape\n"
                      "    return x.reshape(*lead, num_heads, s, w // num_heads)\n")
     write(nb, d / "01_tensors.ipynb")

@@ -7,7 +7,6 @@ Each entry: student name -> (builder, expected status of each exercise).
 """
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
@@ -21,22 +20,9 @@ DDP = ["ring_allreduce", "allreduce_traffic", "zero_memory", "shard_indices", "a
 
 
 def solved(stem: str) -> nbformat.NotebookNode:
-    """The solution as hazards.solved hands it in, less the chapter's demonstrations: what these hazards test is
-    the grading of the exercises, and chapter 10's demonstrations (torchrun, several launches) would cost each
-    of its three students more than its exercises. Kept: every cell that imports, defines or writes a file the
-    exercises use, and every check cell."""
-    nb = hazards.solved(stem)
-    nb.cells = [c for c in nb.cells if c.cell_type == "markdown" or _needed(c.source)]
-    return nb
-
-
-def _needed(source: str) -> bool:
-    if source.startswith("%%writefile ") or "grader.check(" in source:
-        return True
-    if source.lstrip().startswith("%"):  # %%needs: a demonstration of a finished exercise
-        return False
-    kept = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
-    return any(isinstance(node, kept) for node in ast.parse(source).body)
+    """What these hazards test is the grading of the exercises: chapter 10's demonstrations (torchrun, several
+    launches) would cost each of its three students more than its exercises."""
+    return hazards.exercises_only(stem)
 
 
 def replace_cell(nb: nbformat.NotebookNode, pattern: str, source: str) -> nbformat.NotebookNode:

@@ -3,20 +3,15 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 
 from rich.console import Console
 
-# nbformat imports jsonschema, which builds an IRI grammar (~0.9 s) for a format check grading never
-# uses; every run pays it before any notebook starts. Declaring the optional package absent skips it.
-sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-
-from grader.autograde import adjust  # noqa: E402
-from grader.autograde.canvas import is_download_zip  # noqa: E402
-from grader.autograde.cohort import Summary, default_workers, grade_cohort  # noqa: E402
-from grader.autograde.kernel import GiB, Limits  # noqa: E402
-from grader.autograde.sandbox import MODES, SandboxUnavailable  # noqa: E402
+from grader.autograde import adjust
+from grader.autograde.canvas import is_download_zip
+from grader.autograde.cohort import Summary, default_workers, grade_cohort
+from grader.autograde.kernel import GiB, Limits
+from grader.autograde.sandbox import MODES, SandboxUnavailable
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "submissions"
 
