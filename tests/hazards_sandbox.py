@@ -265,9 +265,9 @@ CHEATS = {
 
 def build(root: Path, t: Targets) -> Path:
     """A class: one student per cheat, and the classmate (solved, at `t.classmate` under `root`) they copy."""
-    hazards.write(hazards.solved(), t.classmate)
+    hazards.write(hazards.exercises_only(), t.classmate)
     for student, (cheat, _) in CHEATS.items():
-        nb = blank(hazards.solved())
+        nb = blank(hazards.exercises_only())
         nb.cells.append(nbformat.v4.new_code_cell(cheat(t)))
         hazards.write(nb, root / student / "01_tensors.ipynb")
     return root

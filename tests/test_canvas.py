@@ -51,7 +51,7 @@ def grade_again(submissions: Path, out: Path, *extra: str) -> subprocess.Complet
 
 def half_solved() -> nbformat.NotebookNode:
     """The solution with element_offset (3 points) and broadcast_shape (2) left unwritten: 7 of 12."""
-    nb = hazards.solved()
+    nb = hazards.exercises_only()
     for name, args in (("element_offset", "x, index"), ("broadcast_shape", "a, b")):
         hazards.replace_def(nb, name, f"def {name}({args}):\n    raise NotImplementedError\n")
     return nb
@@ -59,7 +59,7 @@ def half_solved() -> nbformat.NotebookNode:
 
 def canvas_download(path: Path) -> Path:
     """A class's "Download submissions" as Canvas writes it: one flat zip, every file renamed."""
-    solved = nbformat.writes(hazards.solved())
+    solved = nbformat.writes(hazards.exercises_only())
     half = nbformat.writes(half_solved())
     own_zip = io.BytesIO()
     with zipfile.ZipFile(own_zip, "w") as z:
@@ -188,7 +188,8 @@ def test_canvas_csv_columns_per_chapter_or_one_total_named_after_an_assignment(g
 def test_canvas_csv_for_student_folders_names_each_student_for_canvas_to_match(graded, tmp_path):
     subs = tmp_path / "subs"
     (subs / ADA).mkdir(parents=True)
-    (subs / ADA / "01_tensors.ipynb").write_text(nbformat.writes(hazards.solved()))  # as graded: its record is kept
+    # as graded: its record is kept
+    (subs / ADA / "01_tensors.ipynb").write_text(nbformat.writes(hazards.exercises_only()))
     shutil.copytree(graded["out"], tmp_path / "out")
     run = grade(subs, tmp_path / "out", "--canvas-columns", "total")
     assert run.returncode == 0 and "0 notebooks run" in run.stderr, run.stderr[-3000:]

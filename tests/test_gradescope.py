@@ -116,7 +116,7 @@ def points() -> float:
 
 
 def test_a_solved_submission_scores_full_marks(autograder, tmp_path):
-    r = submit(autograder, tmp_path, {"01_tensors.ipynb": notebook_bytes(hazards.solved())})
+    r = submit(autograder, tmp_path, {"01_tensors.ipynb": notebook_bytes(hazards.exercises_only())})
     assert r["score"] == points() and len(r["tests"]) == len(registry.load().of("tensors"))
     assert all(t["status"] == "passed" and t["score"] == t["max_score"] for t in r["tests"])
     assert r["output"].startswith(f"{points():g} of {points():g} points") and "01_tensors.ipynb" in r["output"]
@@ -144,7 +144,7 @@ def test_a_hostile_submission_is_graded_not_obeyed(autograder, tmp_path):
 
 
 def test_a_damaged_submission_scores_zero_with_a_reason(autograder, tmp_path):
-    text = notebook_bytes(hazards.solved())
+    text = notebook_bytes(hazards.exercises_only())
     r = submit(autograder, tmp_path, {"01_tensors.ipynb": text[: len(text) // 2]})
     assert r["score"] == 0 and {t["extra_data"]["status"] for t in r["tests"]} == {"invalid"}
     assert "damaged or cut short" in r["tests"][0]["output"]
@@ -166,7 +166,7 @@ def cheating_submission(root: Path, token: str, walk: bool) -> dict[str, bytes]:
     (source / "solutions").mkdir(exist_ok=True)  # a target as if the zip carried them: it does not, see build()
     hazards.write(hazards.solved(), source / "solutions" / "01_tensors.ipynb")
     t = cheats.Targets(repo=source, classmate=root / "nobody.ipynb", home=root, port=9, secret="-", token=token)
-    nb = cheats.blank(hazards.solved())
+    nb = cheats.blank(hazards.exercises_only())
     for code in (cheats.solution_hunter(t, walk), cheats.hidden_importer(t),
                  cheats.results_forger(root / "results" / "results.json", token)):
         nb.cells.append(nbformat.v4.new_code_cell(code))

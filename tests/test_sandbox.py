@@ -158,7 +158,7 @@ def one_student(root: Path, by_name_only: bool = False) -> Path:
     """A class of one honest student who also tries to import the hidden checks (`by_name_only`: only with
     `import grader.hidden...`, the one way that fails without a sandbox too)."""
     t = cheats.Targets(ROOT, root / "x.ipynb", root, 9, "s", "grader-escape-" + secrets.token_hex(6))
-    nb = cheats.blank(cheats.hazards.solved())
+    nb = cheats.blank(cheats.hazards.exercises_only())
     code = cheats.hidden_importer(t)
     if by_name_only:
         code = code.split("try:\n    _spec")[0]
