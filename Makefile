@@ -9,8 +9,6 @@
 #   make bench    timer accuracy (and, on a GPU, MFU) report; grading cost and parallel speed-up
 
 PYTHON ?= python3
-# PIP_FLAGS: extra flags for the venv's pip install (.ci/run passes --no-compile)
-PIP_FLAGS ?=
 # VENV= (empty) uses $(PYTHON) as it is, with its packages already installed (a machine with no package index).
 VENV   ?= .venv
 KERNEL := resource-accounting
@@ -52,7 +50,7 @@ else
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=/path/to/python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_FLAGS) -r requirements.txt -r requirements-test.txt -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-test.txt -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python (resource accounting)" >/dev/null
 	@touch $(STAMP)
 	@echo "set up $(VENV) with kernel '$(KERNEL)'"
