@@ -2,7 +2,9 @@
 
 Built from the chapter 05 (autograd) and chapter 10 (DDP) solutions: a Function whose forward patches
 torch.autograd.grad, an object whose __del__ hangs, one whose __getattr__ recurses, a backward that
-hangs, a data-parallel run whose rank hangs, and two DDP students graded at the same time.
+hangs, a data-parallel run whose rank hangs, and two DDP students graded at the same time. Each is the
+exercises alone (tests/hazards.exercises_only): what these hazards test is the grading of the exercises, and
+chapter 10's demonstrations (torchrun, several launches) would cost each of its students more than its exercises.
 Each entry: student name -> (builder, expected status of each exercise).
 """
 from __future__ import annotations
@@ -12,17 +14,11 @@ from pathlib import Path
 
 import nbformat
 
-from tests import hazards
+from tests.hazards import exercises_only
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRAD = ["linear_loss_grad", "vjp", "jacobian", "silu", "gradient_norm_penalty", "accumulate_step"]
 DDP = ["ring_allreduce", "allreduce_traffic", "zero_memory", "shard_indices", "average_gradients", "ddp_train"]
-
-
-def solved(stem: str) -> nbformat.NotebookNode:
-    """What these hazards test is the grading of the exercises: chapter 10's demonstrations (torchrun, several
-    launches) would cost each of its three students more than its exercises."""
-    return hazards.exercises_only(stem)
 
 
 def replace_cell(nb: nbformat.NotebookNode, pattern: str, source: str) -> nbformat.NotebookNode:
@@ -55,7 +51,7 @@ def forward_patches_grad(d: Path) -> None:
     patch = ("        import torch as _t\n        if not hasattr(_t, '_real_grad'):\n"
              "            _t._real_grad = _t.autograd.grad\n"
              "            _t.autograd.grad = lambda *a, **k: _t._real_grad(*a, **k)\n")
-    write(replace_cell(solved("05_autograd"), r"^class SiLU\(", silu_cell(forward_extra=patch)),
+    write(replace_cell(exercises_only("05_autograd"), r"^class SiLU\(", silu_cell(forward_extra=patch)),
           d / "05_autograd.ipynb")
 
 
@@ -65,25 +61,27 @@ def del_hangs(d: Path) -> None:
             "def accumulate_step(model, loss_fn, micro_batches, optimizer):\n    keep = Sticky()\n"
             "    optimizer.zero_grad()\n    for x, y in micro_batches:\n"
             "        (loss_fn(model(x), y) / len(micro_batches)).backward()\n    optimizer.step()\n")
-    write(replace_cell(solved("05_autograd"), r"^def accumulate_step\(", body), d / "05_autograd.ipynb")
+    write(replace_cell(exercises_only("05_autograd"), r"^def accumulate_step\(", body), d / "05_autograd.ipynb")
 
 
 def getattr_recurses(d: Path) -> None:
     """gradient_norm_penalty returns an object whose __getattr__ recurses forever."""
     body = ("class Penalty:\n    def __getattr__(self, name):\n        return self.__getattr__(name)\n\n"
             "def gradient_norm_penalty(loss, params):\n    return Penalty()\n")
-    write(replace_cell(solved("05_autograd"), r"^def gradient_norm_penalty\(", body), d / "05_autograd.ipynb")
+    write(replace_cell(exercises_only("05_autograd"), r"^def gradient_norm_penalty\(", body),
+          d / "05_autograd.ipynb")
 
 
 def backward_hangs(d: Path) -> None:
     """SiLU's backward never returns."""
     hang = "        while True:\n            pass\n"
-    write(replace_cell(solved("05_autograd"), r"^class SiLU\(", silu_cell(backward=hang)), d / "05_autograd.ipynb")
+    write(replace_cell(exercises_only("05_autograd"), r"^class SiLU\(", silu_cell(backward=hang)),
+          d / "05_autograd.ipynb")
 
 
 def ddp_rank_hangs(d: Path) -> None:
     """Rank 1 of the data-parallel run joins the group, then never takes part; ddp_train waits 10 minutes."""
-    nb = solved("10_ddp")
+    nb = exercises_only("10_ddp")
     worker = ("%%writefile ddp_worker.py\nimport datetime, time\nimport torch.distributed as dist\n\n\n"
               "def train_worker(rank, world_size, steps, lr, seed):\n"
               "    dist.init_process_group('gloo', rank=rank, world_size=world_size,\n"
@@ -100,11 +98,11 @@ def ddp_rank_hangs(d: Path) -> None:
 
 
 def ddp_solved(d: Path) -> None:
-    write(solved("10_ddp"), d / "10_ddp.ipynb")
+    write(exercises_only("10_ddp"), d / "10_ddp.ipynb")
 
 
 def control_autograd(d: Path) -> None:
-    write(solved("05_autograd"), d / "05_autograd.ipynb")
+    write(exercises_only("05_autograd"), d / "05_autograd.ipynb")
 
 
 def only(exercises: list[str], **overrides: str) -> dict[str, str]:

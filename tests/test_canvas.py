@@ -36,17 +36,19 @@ GRADED = {ADA: "12", BEN: "12", CHLOE: "7", ALYSSA: "0", LOUIS: "12"}
 IDS = {ADA: "12345", BEN: "23456", CHLOE: "34567", ALYSSA: "45678", LOUIS: "56789"}
 
 
+def grade_args(submissions: Path, out: Path, *extra: str) -> list[str]:
+    return ["grade", str(submissions), "--out", str(out), "--chapters", "01_tensors", "--workers", "1", *extra]
+
+
 def grade(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "grader", "grade", str(submissions), "--out", str(out),
-               "--chapters", "01_tensors", "--workers", "1", *extra]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "grader", *grade_args(submissions, out, *extra)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
 
 
 def grade_again(submissions: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     """The same command in this process (tests/inprocess.py), for a run that grades no notebook: OUT already holds
     every record, or the run stops on its options first."""
-    return run_grader("grade", str(submissions), "--out", str(out), "--chapters", "01_tensors", "--workers", "1",
-                      *extra)
+    return run_grader(*grade_args(submissions, out, *extra))
 
 
 def half_solved() -> nbformat.NotebookNode:
@@ -253,7 +255,7 @@ def test_overrides_never_touch_the_graded_records(graded, overridden):
 def test_overrides_are_kept_across_re_runs_and_a_new_file_is_applied_to_an_existing_out(graded, overridden, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(overridden, out)
-    again = grade_again(graded["zip"], out)                      # OUT/overrides.csv is read on every run
+    again = grade_again(graded["zip"], out)                # OUT/overrides.csv is read on every run
     assert again.returncode == 0 and "every output in" in again.stderr and "already up to date" in again.stderr
     assert by_student(out / "gradebook.csv")[BEN]["total"] == "11"
 
@@ -390,7 +392,7 @@ def test_a_bad_submission_time_stops_the_run_before_any_output_changes(graded, t
                                         encoding="utf-8")
     before = snapshot(out)
     run = grade_again(graded["zip"], out, "--due", "2026-12-01T23:59+01:00", "--late-penalty", "10%/day",
-                "--submitted-at", str(tmp_path / "times.csv"))
+                      "--submitted-at", str(tmp_path / "times.csv"))
     assert run.returncode == 2 and "times.csv row 3: unknown student 'nobody'" in run.stderr, run.stderr[-3000:]
     assert snapshot(out) == before
 

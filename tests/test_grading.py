@@ -28,15 +28,18 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--timeout", "10", "--check-timeout", "5", "--notebook-timeout", "300", "--memory", "3G"]
 
 
+def grade_args(submissions: Path, out: Path, *extra: str, workers: int = 2) -> list[str]:
+    return ["grade", str(submissions), "--out", str(out), "--workers", str(workers), *FAST, *extra]
+
+
 def grade(submissions: Path, out: Path, *extra: str, workers: int = 2) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grader", "grade", str(submissions), "--out", str(out),
-                           "--workers", str(workers), *FAST, *extra],
+    return subprocess.run([sys.executable, "-m", "grader", *grade_args(submissions, out, *extra, workers=workers)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
 def grade_again(submissions: Path, out: Path) -> subprocess.CompletedProcess:
     """The same command in this process (tests/inprocess.py), for a run that grades no notebook."""
-    return run_grader("grade", str(submissions), "--out", str(out), "--workers", "2", *FAST)
+    return run_grader(*grade_args(submissions, out))
 
 
 def rows(out: Path) -> list[dict]:
@@ -184,7 +187,7 @@ def test_a_killed_run_resumes_to_the_same_outputs(tmp_path):
     half = len(hazards.EXERCISES) // 2  # the half-solved zip: its first half of the exercises solved, exactly
     assert chloe == ["passed"] * half + ["not_implemented"] * (len(hazards.EXERCISES) - half), chloe
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "grader", "grade", str(demo), "--out", str(out), "--workers", "1", *FAST]
+    cmd = [sys.executable, "-m", "grader", *grade_args(demo, out, workers=1)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 120
