@@ -4,19 +4,22 @@ every public and hidden check of every chapter, checked here in-process: their g
 NotImplementedError raised in the kernel) is the same for every chapter and runs end to end for chapter 01 in
 tests/test_grading.py (the killed run grades the demo's untouched student), tests/test_gradescope.py and
 tests/test_browser.py, and their Run All in the student's kernel in tests/test_release.py. The half-solved zip
-is graded in tests/test_grading.py, cut to chapter 01."""
+is graded in tests/test_grading.py, cut to chapter 01.
+
+The solved student is graded with workers started as on a machine whose torch is built with CUDA: from a
+forkserver (every other grading test forks them, as on a CPU build). A forked worker's CUDA calls fail, which
+on an H200 graded the solution's Adam accumulation step as an error."""
 from __future__ import annotations
 
 import csv
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from grader import chapters, registry, runner
 from grader.results import NOT_IMPLEMENTED
+from tests.inprocess import run_grader
 from tests.test_lab import solution_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +33,7 @@ def demo_grades(tmp_path_factory) -> list[dict]:
     cohort = tmp_path_factory.mktemp("demo-cohort")
     for student in GRADED:
         shutil.copytree(DEMO / student, cohort / student)
-    run = subprocess.run([sys.executable, "-m", "grader", "grade", str(cohort), "--out", str(out), "--workers", "2"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    run = run_grader("grade", str(cohort), "--out", str(out), "--workers", "2", forkserver=True)
     assert run.returncode == 0, run.stderr[-3000:]
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))

@@ -792,7 +792,7 @@ WRONG = [
     # try_gpu: a string, no index, no bounds, off by one; try_all_gpus: empty, a tuple, cpu appended, one GPU short,
     # a generator
     W("try_gpu", lambda i=0: f"cuda:{i}" if i < torch.cuda.device_count() else "cpu", "on_this_machine",
-      "returned str 'cpu'; return a torch.device"),
+      f"returned str {'cuda:0' if torch.cuda.device_count() else 'cpu'!r}; return a torch.device"),
     W("try_gpu", lambda i=0: torch.device("cuda") if i < torch.cuda.device_count() else torch.device("cpu"),
       "simulated_machines", "a CUDA device without an index"),
     W("try_gpu", lambda i=0: _cuda_or_cpu(i), "simulated_machines",

@@ -2,8 +2,10 @@
 (public and hidden checks), plausible wrong ones must fail."""
 from __future__ import annotations
 
+import functools
 import math
 import random
+import resource
 import sys
 
 import numpy as np
@@ -16,6 +18,27 @@ from grader.runner import run_exercise
 from tests.answers import Wrong, assert_caught, assert_passes, failures, ids
 
 W = Wrong
+
+
+def as_in_the_kernel(answer):
+    """`answer` under an address-space limit, as the grading kernel runs it (RLIMIT_AS, launch.py): without one, a
+    machine that overcommits memory (vm.overcommit_memory=1, as the H200's did) lets a 4 TB torch.zeros start
+    filling the RAM, and the kernel's out-of-memory killer ends this test process instead of the answer."""
+    if sys.platform != "linux":
+        return answer
+
+    @functools.wraps(answer)
+    def limited(*args, **kwargs):
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        with open("/proc/self/status", encoding="ascii") as f:
+            used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        cap = used + 2**40  # 1 TiB more than now
+        resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+        try:
+            return answer(*args, **kwargs)
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    return limited
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -420,10 +443,10 @@ WRONG = [
     W("get_memory_usage", lambda x: np.int64(x.numel() * x.element_size()), "float32_matrix",
       "should be int, got int64"),
     # allocates: the answer itself runs out of memory on the public shape no CPU holds
-    W("tensor_nbytes", lambda shape, dtype: torch.empty(tuple(shape), dtype=dtype).nbytes, "without_allocating",
-      "can't allocate memory", status=ERROR),
-    W("tensor_nbytes", lambda shape, dtype: torch.zeros(tuple(shape), dtype=dtype).element_size()
-      * math.prod(shape), "without_allocating", "can't allocate memory", status=ERROR),
+    W("tensor_nbytes", as_in_the_kernel(lambda shape, dtype: torch.empty(tuple(shape), dtype=dtype).nbytes),
+      "without_allocating", "can't allocate memory", status=ERROR),
+    W("tensor_nbytes", as_in_the_kernel(lambda shape, dtype: torch.zeros(tuple(shape), dtype=dtype).element_size()
+      * math.prod(shape)), "without_allocating", "can't allocate memory", status=ERROR),
     W("tensor_nbytes", lambda shape, dtype: int(math.prod(shape)) * 4, "small_shapes",
       "tensor_nbytes((2, 3), torch.bfloat16) returned 24; expected 12"),
     # finfo knows neither integer dtypes (the answer raises) nor complex ones (half the size): caught both ways

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader.autograde.sandbox import bwrap_problem
+from grader.autograde.sandbox import bwrap_argv, bwrap_problem, choose, gpu_devices, kernel_env
 from tests import hazards_sandbox as cheats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,6 +185,36 @@ def test_sandbox_auto_without_bubblewrap_grades_and_warns_in_the_output_and_ever
     # Even with no sandbox the kernel imports the public grader: the hidden checks are not importable by name
     # (by file path they are: that is what the sandbox is for).
     assert rows(tmp_path / "out")["Bo"] == cheats.EXPECTED
+
+
+# ---------------------------------------------------------------- a GPU machine
+
+def test_the_gpus_device_files_reach_the_kernel(tmp_path):
+    """A notebook graded on a GPU machine runs on its GPU: the GPU's device files are bound into the sandbox's
+    minimal /dev (on an H200, without them, the kernel saw no GPU and a correct try_gpu() answered cpu while the
+    check counted one). This machine has none: files named as NVIDIA's and AMD's stand in for the search, and
+    a character device the sandbox's /dev lacks stands in for the binding."""
+    dev = tmp_path / "dev"
+    for name in ("nvidia0", "nvidiactl", "nvidia-uvm", "kfd", "null", "tty0"):
+        (dev / name).parent.mkdir(parents=True, exist_ok=True)
+        (dev / name).touch()
+    (dev / "nvidia-caps").mkdir()
+    (dev / "dri").mkdir()
+    assert gpu_devices(dev) == [str(dev / n) for n in ("dri", "kfd", "nvidia-caps", "nvidia-uvm", "nvidia0",
+                                                       "nvidiactl")]
+    stand_in = next((d for d in ("/dev/fuse", "/dev/kmsg", "/dev/loop-control") if Path(d).is_char_device()), None)
+    if stand_in is None:
+        pytest.skip("no character device here that the sandbox's /dev lacks")
+    public, folder = tmp_path / "public", tmp_path / "notebook"
+    public.mkdir()
+    folder.mkdir()
+    iso = choose("on", public)
+    probe = ["test", "-c", stand_in]
+    assert subprocess.run(bwrap_argv(iso, folder, folder, devices=[stand_in]) + probe).returncode == 0
+    assert subprocess.run(bwrap_argv(iso, folder, folder, devices=[]) + probe).returncode != 0
+    # which GPUs the instructor lent the run reaches the kernel; nothing else of the grader's environment does
+    env = kernel_env(iso, {"CUDA_VISIBLE_DEVICES": "1", "GITHUB_TOKEN": "secret"}, {}, folder)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and "GITHUB_TOKEN" not in env
 
 
 # ---------------------------------------------------------------- an instructor who is not root

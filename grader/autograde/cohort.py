@@ -113,9 +113,14 @@ def _reuse(out: Path, task: Task) -> NotebookRecord | None:
     return record if record.fingerprint == task.fingerprint and record.student == task.student else None
 
 
-def _worker_init() -> None:
+def _worker_init(environ: dict[str, str], cwd: str) -> None:
+    """The grading process's environment and folder (a forkserver's workers would otherwise have the server's,
+    from its start), torch's threads, and the checks."""
     import torch
 
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
     registry.load(hidden=True)  # once per worker, before its first notebook
     torch.set_num_threads(1)  # the checks here are small; the cores belong to the kernels
 
@@ -199,7 +204,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         columns = (TextColumn("[bold]grading"), BarColumn(bar_width=10),
                    TextColumn("{task.completed}/{task.total} students"), TimeElapsedColumn(), TextColumn("left"),
                    TimeRemainingColumn(), TextColumn("{task.fields[current]}"))
-        pool = _pool(workers, "fork" if sys.platform == "linux" else "spawn") if pending else None
+        pool = _pool(workers, start_method()) if pending else None
         with Progress(*columns, console=console, transient=False) as progress:
             bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
                                     current="")
@@ -261,10 +266,31 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
     show([])
 
 
+# What the forkserver imports before it forks the workers: torch alone, which touches no GPU. The checks do
+# (importing torch.utils.benchmark asks CUDA whether it is available), so each worker imports them itself.
+_PRELOAD = ["torch"]
+
+
+def start_method() -> str:
+    """How the workers start. Forked (Linux) they begin with torch and the checks imported, but CUDA does not
+    survive a fork, and importing the checks asks CUDA whether it is there: a forked worker's CUDA calls then
+    fail ("initialization error"). So where torch is built with CUDA the workers fork from a forkserver, a
+    fresh process that has imported torch only; spawn elsewhere (Windows has no fork, macOS's frameworks are
+    not fork-safe)."""
+    import torch
+
+    if sys.platform != "linux":
+        return "spawn"
+    return "forkserver" if torch.backends.cuda.is_built() else "fork"
+
+
 def _pool(workers: int, method: str) -> ProcessPoolExecutor:
-    """Worker processes, started at once. Forked (Linux, before any other thread exists) they start with torch
-    and the checks already imported; spawned they import them again."""
-    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=get_context(method), initializer=_worker_init)
+    """Worker processes, started at once (a forked pool before any other thread exists)."""
+    ctx = get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts, at the first pool
+    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
+                               initargs=(dict(os.environ), os.getcwd()))
     for fut in [pool.submit(_ready) for _ in range(max(1, workers))]:
         fut.result()
     return pool

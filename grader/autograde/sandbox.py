@@ -10,10 +10,12 @@ Two layers, chosen once per grading run (`--sandbox auto|on|off`):
   instructor who is not root, and as root in a container). The kernel gets a new root holding a
   read-only view of the system (`/usr`, the libraries, a few files of `/etc`), of the Python
   installation and its packages (never a folder that holds the course's `grader` sources), the public
-  grader, and one writable folder: the notebook's own (its copy of the student's folder, the chapter's
-  data, a fresh `$HOME`, the kernel's sockets and the bridge's files). No `$HOME` of the instructor, no
-  course repository, no other submission, no network (a new network namespace with only loopback), a
-  private `/tmp`, a new PID namespace: when the kernel dies, everything it started dies with it.
+  grader, one writable folder: the notebook's own (its copy of the student's folder, the chapter's
+  data, a fresh `$HOME`, the kernel's sockets and the bridge's files), and the GPU's device files where
+  there is a GPU (a notebook graded there runs on it, as the checks that count its GPUs expect). No `$HOME`
+  of the instructor, no course repository, no other submission, no network (a new network namespace with
+  only loopback), a private `/tmp`, a new PID namespace: when the kernel dies, everything it started dies
+  with it.
 
 Where bubblewrap cannot run (not installed, or namespaces refused, as in many Docker containers), the
 Gradescope autograder falls back to running the kernel as an unprivileged user (`kernel_user`) that
@@ -41,8 +43,12 @@ PRIVATE_PACKAGES = ("hidden", "authoring", "autograde")  # grader/ subpackages t
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd", "group", "nsswitch.conf",
        "hosts", "host.conf", "fonts", "ssl", "ca-certificates", "alternatives", "mime.types", "matplotlibrc")
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# What the kernel's environment keeps of the grading process's (the rest, tokens included, stays outside).
-KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+# What the kernel's environment keeps of the grading process's (the rest, tokens included, stays outside): the
+# locale, and which GPUs the instructor lent the run, so the kernel sees the GPUs the grading process counts.
+KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM",
+            "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+# A GPU's device files (NVIDIA's; AMD's for a ROCm build of torch): the sandbox's own /dev has none of them.
+GPU_DEVICES = ("nvidia*", "kfd", "dri")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -156,10 +162,18 @@ def _python_roots() -> list[Path]:
     return keep
 
 
-def bwrap_argv(iso: Isolation, folder: Path, cwd: Path) -> list[str]:
-    """The bubblewrap command line that runs a kernel with `folder` (the notebook's own) as its only writable place."""
+def gpu_devices(dev: Path = Path("/dev")) -> list[str]:
+    """This machine's GPU device files (none on a machine without a GPU)."""
+    return sorted(str(p) for pattern in GPU_DEVICES for p in dev.glob(pattern))
+
+
+def bwrap_argv(iso: Isolation, folder: Path, cwd: Path, devices: list[str] | None = None) -> list[str]:
+    """The bubblewrap command line that runs a kernel with `folder` (the notebook's own) as its only writable place,
+    and the GPU's `devices` (this machine's when None) usable in its otherwise minimal /dev."""
     argv = [shutil.which(iso.bwrap) or iso.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"]
+    for device in gpu_devices() if devices is None else devices:
+        argv += ["--dev-bind", device, device]
     for top in SYSTEM:
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
