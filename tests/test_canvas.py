@@ -193,7 +193,7 @@ def test_canvas_csv_for_student_folders_names_each_student_for_canvas_to_match(g
     # as graded: its record is kept
     (subs / ADA / "01_tensors.ipynb").write_text(nbformat.writes(hazards.exercises_only()))
     shutil.copytree(graded["out"], tmp_path / "out")
-    run = grade(subs, tmp_path / "out", "--canvas-columns", "total")
+    run = grade_again(subs, tmp_path / "out", "--canvas-columns", "total")
     assert run.returncode == 0 and "0 notebooks run" in run.stderr, run.stderr[-3000:]
     assert table(tmp_path / "out" / "canvas.csv") == [
         ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Notebooks"],
