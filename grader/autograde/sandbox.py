@@ -173,7 +173,7 @@ def bwrap_argv(iso: Isolation, folder: Path, cwd: Path, devices: list[str] | Non
     argv = [shutil.which(iso.bwrap) or iso.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"]
     for device in gpu_devices() if devices is None else devices:
-        argv += ["--dev-bind", device, device]
+        argv += ["--dev-bind-try", device, device]
     for top in SYSTEM:
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
