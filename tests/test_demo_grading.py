@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,19 @@ def demo_grades(tmp_path_factory) -> list[dict]:
     assert run.returncode == 0, run.stderr[-3000:]
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def test_workers_fork_from_a_forkserver_where_torch_has_cuda(monkeypatch):
+    """The fixture above grades as a CUDA build would; this is where that choice is made (a CUDA build is
+    simulated: this machine's torch has none). Forking them there is what errored on the H200."""
+    import torch
+    from grader.autograde import cohort
+
+    linux = sys.platform == "linux"
+    assert cohort.start_method() == ("spawn" if not linux else "forkserver" if torch.backends.cuda.is_built()
+                                     else "fork")
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    assert cohort.start_method() == ("forkserver" if linux else "spawn")
 
 
 def graded_chapters() -> list[str]:
