@@ -143,7 +143,11 @@ class _FakeGPU:
 
     def __init__(self, allocated=0, peak=0, cached=0):
         self.busy_until = _perf()  # when the queued work will be done
-        self.late = 0.0            # the most a wait overran its end (a busy machine wakes a sleeper late)
+        # The slack a timer needs on a busy machine: the most a wait overran its end (a sleeper woken late), or
+        # the longest the host took to launch work on an idle device since it last saw the device (a process
+        # paused between reading the clock and launching)
+        self.late = 0.0
+        self.seen = _perf()        # when the host last launched or waited
         self.allocated, self.peak = allocated, max(peak, allocated)
         self.reserved = allocated + cached  # the caching allocator keeps freed blocks: reserved >= allocated
         self.peak_reserved = self.reserved
@@ -151,13 +155,18 @@ class _FakeGPU:
     # work
     def launch(self, seconds):
         """Queue `seconds` of work behind what is queued; return at once, as a kernel launch does."""
-        self.busy_until = max(_perf(), self.busy_until) + seconds
+        now = _perf()
+        if self.busy_until <= now:
+            self.late = max(self.late, now - self.seen)
+        self.busy_until = max(now, self.busy_until) + seconds
+        self.seen = now
 
     def wait_until(self, t):
         while True:
             left = t - _perf()
             if left <= 0:
                 self.late = max(self.late, -left)
+                self.seen = _perf()
                 return
             _sleep(left)
 
@@ -504,11 +513,13 @@ def time_calls(time_fn, warmup_ms, timed_ms, warmup, reps, machine):
     CPU-only machine, fn does its work before it returns. machine "gpu": a simulated GPU, fn launches its
     work and returns at once; the work runs on the simulated device's queue. warmup=None and reps=None
     leave both arguments to their defaults. Returns what time_fn returned, how often it called fn, and how
-    much longer than asked the slowest CPU call took (a busy machine wakes a sleeper late).
+    much longer than asked the slowest call took (a busy machine wakes a sleeper late, or pauses the process
+    between time_fn's reading of the clock and its call of fn).
     """
     durations = [ms / 1e3 for ms in list(warmup_ms) + list(timed_ms)]
     calls = [0]
     late = [0.0]
+    seen = [_perf()]  # when fn last returned (at first: when time_fn was called)
     gpu = _FakeGPU() if machine == "gpu" else None
 
     def fn():
@@ -522,7 +533,9 @@ def time_calls(time_fn, warmup_ms, timed_ms, warmup, reps, machine):
             end = start + seconds
             while _perf() < end:
                 _sleep(end - _perf())
-            late[0] = max(late[0], _perf() - end)
+            # late: a sleeper woken late, or a process paused between reading the clock and calling fn
+            late[0] = max(late[0], _perf() - end, start - seen[0])
+            seen[0] = _perf()
 
     kwargs = {}
     if warmup is not None:
