@@ -162,21 +162,16 @@ def time_fn_stream_all(fn, warmup=3, reps=10):
 
 
 def time_fn_paused_once(fn, warmup=3, reps=10):
-    """time_fn_stream_all on a busy machine: its process is paused for 40 ms once, between reading the clock and
-    calling fn (a single timed call has no median to absorb that; the check's slack must)."""
-    on_gpu = torch.cuda.is_available()
-    times = []
-    for k in range(warmup + reps):
-        if on_gpu:
-            torch.cuda.current_stream().synchronize()
-        t0 = time.perf_counter()
-        if k == warmup:
+    """time_fn_stream_all on a busy machine: its process is paused for 40 ms once, after reading the clock and
+    before the first timed call's work (a single timed call has no median to absorb that; the check's slack must)."""
+    calls = [0]
+
+    def paused():
+        if calls[0] == warmup:
             time.sleep(0.040)
+        calls[0] += 1
         fn()
-        if on_gpu:
-            torch.cuda.current_stream().synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[warmup:])
+    return time_fn_stream_all(paused, warmup, reps)
 
 
 def time_fn_accelerator(fn, warmup=3, reps=10):
