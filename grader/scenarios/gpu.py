@@ -143,11 +143,6 @@ class _FakeGPU:
 
     def __init__(self, allocated=0, peak=0, cached=0):
         self.busy_until = _perf()  # when the queued work will be done
-        # The slack a timer needs on a busy machine: the most a wait overran its end (a sleeper woken late), or
-        # the longest the host took to launch work on an idle device since it last saw the device (a process
-        # paused between reading the clock and launching)
-        self.late = 0.0
-        self.seen = _perf()        # when the host last launched or waited
         self.allocated, self.peak = allocated, max(peak, allocated)
         self.reserved = allocated + cached  # the caching allocator keeps freed blocks: reserved >= allocated
         self.peak_reserved = self.reserved
@@ -155,18 +150,12 @@ class _FakeGPU:
     # work
     def launch(self, seconds):
         """Queue `seconds` of work behind what is queued; return at once, as a kernel launch does."""
-        now = _perf()
-        if self.busy_until <= now:
-            self.late = max(self.late, now - self.seen)
-        self.busy_until = max(now, self.busy_until) + seconds
-        self.seen = now
+        self.busy_until = max(_perf(), self.busy_until) + seconds
 
     def wait_until(self, t):
         while True:
             left = t - _perf()
             if left <= 0:
-                self.late = max(self.late, -left)
-                self.seen = _perf()
                 return
             _sleep(left)
 
@@ -512,39 +501,47 @@ def time_calls(time_fn, warmup_ms, timed_ms, warmup, reps, machine):
     durations = warmup_ms + timed_ms (the last one repeats if fn is called more often). machine "cpu": a
     CPU-only machine, fn does its work before it returns. machine "gpu": a simulated GPU, fn launches its
     work and returns at once; the work runs on the simulated device's queue. warmup=None and reps=None
-    leave both arguments to their defaults. Returns what time_fn returned, how often it called fn, and how
-    much longer than asked the slowest call took (a busy machine wakes a sleeper late, or pauses the process
-    between time_fn's reading of the clock and its call of fn).
+    leave both arguments to their defaults. Returns what time_fn returned, how often it called fn, and each
+    call's span: the most a correct timer could have measured for it on this run (see `_spans`).
     """
     durations = [ms / 1e3 for ms in list(warmup_ms) + list(timed_ms)]
-    calls = [0]
-    late = [0.0]
-    seen = [_perf()]  # when fn last returned (at first: when time_fn was called)
+    launched, done = [], []  # per call: when fn was entered, when its work was finished
     gpu = _FakeGPU() if machine == "gpu" else None
 
     def fn():
-        k = calls[0]
-        calls[0] += 1
+        k = len(launched)
+        launched.append(_perf())
         seconds = durations[min(k, len(durations) - 1)]
         if gpu is not None:
             gpu.launch(seconds)
+            done.append(gpu.busy_until)
         else:
-            start = _perf()
-            end = start + seconds
+            end = launched[-1] + seconds
             while _perf() < end:
                 _sleep(end - _perf())
-            # late: a sleeper woken late, or a process paused between reading the clock and calling fn
-            late[0] = max(late[0], _perf() - end, start - seen[0])
-            seen[0] = _perf()
+            done.append(_perf())
 
     kwargs = {}
     if warmup is not None:
         kwargs["warmup"] = warmup
     if reps is not None:
         kwargs["reps"] = reps
+    called = _perf()
     with gpu.patches() if gpu is not None else _cpu_only():
         result = time_fn(fn, **kwargs)
-    return {"seconds": result, "calls": calls[0], "late": max(late[0], gpu.late if gpu is not None else 0.0)}
+    returned = _perf()
+    return {"seconds": result, "calls": len(launched), "spans": _spans(launched, done, called, returned)}
+
+
+def _spans(launched: list[float], done: list[float], called: float, returned: float) -> list[float]:
+    """Seconds per call: from the end of the previous call's work (or time_fn's start) to the later of the end
+    of this call's work and the next launch (or time_fn's return). Any correct timing of call k lies inside
+    (its clock starts after the work before it is done and stops before fn is called again), so the median of
+    correct timings is at most the spans' median however late a busy machine woke the process or paused it,
+    while a pause in one call does not move the spans' median the way it would move a slack for every call."""
+    before = [called] + done[:-1]
+    after = launched[1:] + [returned]
+    return [max(d, a) - b for b, d, a in zip(before, done, after)]
 
 
 # ---------------------------------------------------------------- transfer_bandwidth
