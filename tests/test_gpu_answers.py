@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import itertools
 import statistics
 import time
 from collections.abc import Mapping
@@ -699,6 +700,25 @@ def bandwidth_bits(nbytes, pinned, device):
     return 8 * bandwidth_own_timer(nbytes, pinned, device)
 
 
+def _bits_on_a_busy_machine():
+    """Bits per second, from a machine so busy that its calls come in runs of three slowed 3x (each timed copy is
+    done three times) and runs of three at full speed: the slowed ones claim about 2.7x a plain copy's speed,
+    within what the check accepts. Three calls of one look at the answer were all slowed once on a loaded CI
+    machine; the check looks again while the best call is more than twice a plain copy's speed."""
+    calls = itertools.count()
+
+    def bits(nbytes, pinned, device):
+        times = 3 if next(calls) // 3 % 2 == 0 else 1
+        src = torch.ones(nbytes, dtype=torch.uint8)
+        dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+        def copies():
+            for _ in range(times):
+                dst.copy_(src)
+        return 8 * nbytes / time_fn_sync(copies)
+    return bits
+
+
 def bandwidth_fixed_buffer(nbytes, pinned, device):
     """Always copies 1 MiB, whatever nbytes says."""
     if nbytes < 1:
@@ -881,6 +901,7 @@ WRONG = [
     W("transfer_bandwidth", bandwidth_seconds, "bytes_per_second_on_cpu", "is that a time, or GB/s?"),
     W("transfer_bandwidth", bandwidth_gbps, "bytes_per_second_on_cpu", "is that a time, or GB/s?"),
     W("transfer_bandwidth", bandwidth_bits, "bytes_per_second_on_cpu"),
+    W("transfer_bandwidth", _bits_on_a_busy_machine(), "bytes_per_second_on_cpu"),
     W("transfer_bandwidth", bandwidth_fixed_buffer, "copies_nbytes", "copy nbytes bytes (not fewer)"),
     W("transfer_bandwidth", bandwidth_always_pins, "pinned_is_ignored_without_cuda",
       "Cannot access accelerator device", status=ERROR),

@@ -406,15 +406,28 @@ def waits_for_the_gpu(time_fn):
 MiB = 2**20
 
 
-def expect_bandwidth(transfer_bandwidth, nbytes: int, pinned: bool, device, what: str) -> float:
+def bandwidth_calls(transfer_bandwidth, nbytes: int, pinned: bool, device, what: str) -> tuple[list[float], list[float]]:
+    """What the calls returned (each a positive number) and the plain copies' seconds timed beside them."""
     out = run_scenario(scenarios.bandwidth, transfer_bandwidth, nbytes, pinned, device)
     for value in out["bandwidth"]:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail(f"{what} returned {describe(value)}; return bytes per second as a Python float")
         if not float(value) > 0:  # NaN too
             fail(f"{what} returned {float(value)}; a bandwidth is positive")
-    value = max(float(v) for v in out["bandwidth"])  # its best call: load only ever slows a copy down
-    slow, fast = max(out["reference_seconds"]), min(out["reference_seconds"])  # plain copies timed beside it
+    return [float(v) for v in out["bandwidth"]], out["reference_seconds"]
+
+
+def expect_bandwidth(transfer_bandwidth, nbytes: int, pinned: bool, device, what: str) -> float:
+    values, reference = bandwidth_calls(transfer_bandwidth, nbytes, pinned, device, what)
+    # A busy machine can slow all three calls of a wrong answer (bits per second: 8x) into the accepted range,
+    # never speed one up: while the best call claims more than twice a plain copy's best speed, call it again.
+    for _ in range(2):
+        if not 2 * nbytes / min(reference) < max(values) <= 4 * nbytes / min(reference):
+            break
+        more, beside = bandwidth_calls(transfer_bandwidth, nbytes, pinned, device, what)
+        values, reference = values + more, reference + beside
+    value = max(values)  # its best call: load only ever slows a copy down
+    slow, fast = max(reference), min(reference)  # plain copies timed beside it
     lo, hi = nbytes / slow / 8, 4 * nbytes / fast
     if value < lo:
         ratio = nbytes / slow / value
