@@ -162,25 +162,27 @@ def time_fn_stream_all(fn, warmup=3, reps=10):
     return statistics.median(times[warmup:])
 
 
-def time_fn_paused_once(fn, warmup=3, reps=10):
-    """time_fn_stream_all on a busy machine: its process is paused for 40 ms once, after reading the clock and
-    before the first timed call's work (a single timed call has no median to absorb that; the check's slack must)."""
-    calls = [0]
+def _paused(fn, seconds, at=None):
+    """fn on a busy machine: the process is paused for `seconds` before call number `at` (before every call
+    when None), after the timer has read its clock."""
+    calls = itertools.count()
 
     def paused():
-        if calls[0] == warmup:
-            time.sleep(0.040)
-        calls[0] += 1
+        if at is None or next(calls) == at:
+            time.sleep(seconds)
         fn()
-    return time_fn_stream_all(paused, warmup, reps)
+    return paused
+
+
+def time_fn_paused_once(fn, warmup=3, reps=10):
+    """time_fn_stream_all paused for 40 ms before the first timed call's work (with reps=1 no median absorbs it:
+    the check's bound, that call's span, includes it)."""
+    return time_fn_stream_all(_paused(fn, 0.040, at=warmup), warmup, reps)
 
 
 def time_fn_paused_each(fn, warmup=3, reps=10):
-    """time_fn_sync on a machine that pauses the process for 20 ms after it reads the clock, before every call."""
-    def paused():
-        time.sleep(0.020)
-        fn()
-    return time_fn_sync(paused, warmup, reps)
+    """time_fn_sync paused for 20 ms before every call."""
+    return time_fn_sync(_paused(fn, 0.020), warmup, reps)
 
 
 def time_fn_accelerator(fn, warmup=3, reps=10):
@@ -382,14 +384,7 @@ def time_fn_mean_paused_in_warmup(fn, warmup=3, reps=10):
     """The mean, on a machine that paused the process for 100 ms during the warm-up (outside what it times). A
     slack for the longest pause anywhere in the run let a mean pass on a busy CI machine; the check's bound
     comes from the timed calls' own spans."""
-    calls = [0]
-
-    def paused():
-        if calls[0] == warmup - 1:
-            time.sleep(0.100)
-        calls[0] += 1
-        fn()
-    return time_fn_mean(paused, warmup, reps)
+    return time_fn_mean(_paused(fn, 0.100, at=warmup - 1), warmup, reps)
 
 
 def time_fn_min(fn, warmup=3, reps=10):
