@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import time
 
 import pytest
@@ -12,11 +13,12 @@ from grader.course import bench, specs
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
-def fake_peak(flop_per_sec: float, *, estimate: bool = True, dtype_key: str = "float32") -> specs.Peak:
+def fake_peak(flop_per_sec: float, *, estimate: bool = True, dtype_key: str = "float32",
+              spec_name: str = "fake") -> specs.Peak:
     return specs.Peak(
         flop_per_sec=flop_per_sec,
         device_name="Fake Device",
-        spec_name="fake",
+        spec_name=spec_name,
         dtype_key=dtype_key,
         estimate=estimate,
         source="a test's made-up number",
@@ -111,11 +113,11 @@ def test_time_matmul_fields_are_consistent(monkeypatch: pytest.MonkeyPatch) -> N
     assert r.flop_per_sec == pytest.approx(r.flops / r.seconds)
     assert r.peak == 1e18
     assert r.mfu == pytest.approx(r.flop_per_sec / r.peak)
-    assert r.peak_is_estimate and r.dtype_key == "float32"
-    assert r.warning is None
+    assert r.peak_is_estimate and r.dtype_key == "float32" and r.peak_label == "estimate: fake"
+    assert r.warning is None and r.peak_error is None
     text = str(r)
     assert text.startswith("64x32x48 float32 on cpu: ")
-    assert "TFLOP/s" in text and "MFU" in text and "estimate" in text
+    assert "TFLOP/s" in text and "MFU" in text and "(peak 1e+06 TFLOP/s, estimate: fake)" in text
 
 
 def test_unknown_peak_gives_no_mfu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,12 +128,33 @@ def test_unknown_peak_gives_no_mfu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "peak unknown" in str(r)
 
 
-def test_mfu_above_one_warns_that_the_table_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(specs, "device_peak", lambda device, dtype, **kw: fake_peak(1.0, estimate=False))
+MFU_FRACTION = re.compile(r"MFU \d")  # "MFU 0.42": any fraction printed after the word
+
+
+@pytest.mark.parametrize("peak,names", [
+    (fake_peak(1.0, estimate=False, spec_name="RTX 4090"), ("spec table's row 'RTX 4090'", "specs.py")),
+    (fake_peak(1.0, spec_name="CPU (estimate)"), ("highest clock it reports", "cpuinfo.py")),
+    (fake_peak(1.0, spec_name="Ada (estimate)"), ("above the clock it reports", "per-SM rate")),
+])
+def test_an_mfu_above_one_is_refused_and_the_suspect_peak_named(monkeypatch: pytest.MonkeyPatch,
+                                                                peak: specs.Peak, names: tuple[str, str]) -> None:
+    """A 1 FLOP/s peak: any matmul beats it, which proves that peak wrong; no fraction is reported."""
+    monkeypatch.setattr(specs, "device_peak", lambda device, dtype, **kw: peak)
     r = bench.time_matmul(32, 32, 32, device="cpu", reps=2)
-    assert r.mfu is not None and r.mfu > 1
-    assert r.warning is not None and r.warning.startswith("MFU above 1.0: the spec table's peak for")
-    assert r.warning in str(r)
+    assert r.mfu is None and r.peak is None  # refused: no MFU above 1, and no peak line to plot under it
+    assert r.dtype_key == "float32" and r.peak_label == peak.label  # what was refused stays on record
+    assert r.warning == r.peak_error and r.peak_error.startswith("MFU not reported: ")
+    for words in names + (peak.label, "Fake Device/float32"):
+        assert words in r.peak_error
+    assert r.peak_error in str(r) and not MFU_FRACTION.search(str(r))
+
+
+def test_mfu_is_a_fraction_never_above_one() -> None:
+    peak = fake_peak(2e12, estimate=False, spec_name="H100 SXM")
+    assert bench.mfu(1e12, peak) == 0.5 and bench.mfu(2e12, peak) == 1.0
+    with pytest.raises(bench.ImpossibleMFU, match="row 'H100 SXM'"):
+        bench.mfu(2.0001e12, peak)
+    assert issubclass(bench.ImpossibleMFU, ValueError)
 
 
 def test_str_formats() -> None:
@@ -139,15 +162,25 @@ def test_str_formats() -> None:
                   seconds=1.23e-3, flops=2 * 1024**3, flop_per_sec=1.75e12)
     ok = bench.MatmulTiming(**common, peak=4.2e12, mfu=1.75 / 4.2, peak_is_estimate=True, dtype_key="float32")
     assert str(ok) == "1024x1024x1024 float32 on cpu: 1.23 ms, 1.75 TFLOP/s, MFU 0.42 (peak 4.2 TFLOP/s, estimate)"
+    labelled = bench.MatmulTiming(**common, peak=4.2e12, mfu=1.75 / 4.2, peak_is_estimate=True, dtype_key="float32",
+                                  peak_label="estimate: 24 SMs × 2.46 GHz × 512 FLOP/clock/SM")
+    assert str(labelled).endswith("MFU 0.42 (peak 4.2 TFLOP/s, estimate: 24 SMs × 2.46 GHz × 512 FLOP/clock/SM)")
+    datasheet = bench.MatmulTiming(**common, peak=4.2e12, mfu=1.75 / 4.2, peak_is_estimate=False,
+                                   dtype_key="float32", peak_label="datasheet: RTX 4090")
+    assert str(datasheet).endswith("(peak 4.2 TFLOP/s, datasheet: RTX 4090)")
     unknown = bench.MatmulTiming(**common, peak=None, mfu=None, peak_is_estimate=False, dtype_key=None)
     assert str(unknown).endswith("1.75 TFLOP/s, peak unknown")
-    wrong = bench.MatmulTiming(**common, peak=1e12, mfu=1.75, peak_is_estimate=False, dtype_key="float32")
-    assert wrong.warning == "MFU above 1.0: the spec table's peak for Some CPU/float32 must be wrong"
-    assert wrong.warning in str(wrong) and "MFU 0." not in str(wrong)
-    # An estimated CPU peak is too low when the CPU runs above the clock it reports (seen under KVM).
-    fast = bench.MatmulTiming(**common, peak=1e12, mfu=1.75, peak_is_estimate=True, dtype_key="float32")
-    assert fast.warning == ("MFU above 1.0: the estimated peak for Some CPU/float32 is too low "
-                            "(it assumes the clock the CPU reports; this one ran faster)")
+
+
+@pytest.mark.parametrize("estimate", [False, True])
+def test_a_timing_built_by_hand_with_an_mfu_above_one_never_prints_it(estimate: bool) -> None:
+    """Code that builds a MatmulTiming itself (a chapter, a test double) still gets a refusal, not "MFU 1.75"."""
+    wrong = bench.MatmulTiming(m=1024, k=1024, n=1024, dtype=torch.float32, device="cpu", device_name="Some CPU",
+                               seconds=1.23e-3, flops=2 * 1024**3, flop_per_sec=1.75e12, peak=1e12, mfu=1.75,
+                               peak_is_estimate=estimate, dtype_key="float32")
+    assert wrong.warning.startswith("MFU not reported: 1.75 TFLOP/s measured is above the peak 1 TFLOP/s")
+    assert "Some CPU/float32" in wrong.warning and ("estimate" if estimate else "datasheet") in wrong.warning
+    assert not MFU_FRACTION.search(str(wrong)) and "1.75 (" not in str(wrong)
 
 
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "int8"])

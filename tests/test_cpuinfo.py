@@ -1,4 +1,4 @@
-"""The CPU peak estimate, fed real /proc/cpuinfo snippets."""
+"""The CPU peak estimate, an upper bound, fed real /proc/cpuinfo and /sys cpufreq text."""
 from __future__ import annotations
 
 import pytest
@@ -120,26 +120,32 @@ def test_parse_proc_cpuinfo_xeon() -> None:
     assert parsed["physical_cores"] == 1 and parsed["logical_cpus"] == 2
 
 
-def test_xeon_model_name_clock_wins_and_smt_adds_nothing() -> None:
+def test_xeon_turbo_clock_wins_over_the_nominal_one_and_smt_adds_nothing() -> None:
+    """The model name's 2.20 GHz is the base clock; cpufreq's 3.9 GHz turbo is what the core can reach."""
     info = info_from_text(XEON, max_freq_text="3900000\n", threads=2)
-    assert info == CpuInfo(model="Intel(R) Xeon(R) CPU @ 2.20GHz", cores=1, ghz=2.2,
-                           simd="avx512", fma_units=2, fp32_lanes=16)
-    # 1 core x 2.2 GHz x 2 FMA units x 16 lanes x 2 FLOP/FMA
-    assert estimate_flops(info, torch.float32) == pytest.approx(140.8e9)
-    assert estimate_flops(info, torch.float64) == pytest.approx(70.4e9)
+    assert info == CpuInfo(model="Intel(R) Xeon(R) CPU @ 2.20GHz", cores=1, ghz=3.9,
+                           simd="avx512", fma_units=2, fp32_lanes=16,
+                           clock_source="cpufreq max, turbo included", turbo_reported=True)
+    # 1 core x 3.9 GHz x 2 FMA units x 16 lanes x 2 FLOP/FMA
+    assert estimate_flops(info, torch.float32) == pytest.approx(249.6e9)
+    assert estimate_flops(info, torch.float64) == pytest.approx(124.8e9)
     assert estimate_flops(info, torch.bfloat16) is None
+    assert cpuinfo.label(info, torch.float32) == ("estimate (upper bound): 1 cores × 3.90 GHz × 2 FMA units × "
+                                                  "16 float32 lanes × 2")
 
 
-def test_epyc_avx2_uses_cpu_mhz() -> None:
+def test_epyc_avx2_without_cpufreq_uses_cpu_mhz_and_says_it_is_no_turbo_clock() -> None:
     info = info_from_text(EPYC_AVX2, threads=8)
     assert (info.simd, info.fp32_lanes, info.cores) == ("avx2", 8, 2)
-    assert info.ghz == pytest.approx(2.249998)
+    assert info.ghz == pytest.approx(2.249998) and not info.turbo_reported
     assert estimate_flops(info, "float32") == pytest.approx(2 * 2.249998e9 * 2 * 8 * 2)
+    assert "unless the cores run above 2.25 GHz" in cpuinfo.label(info, "float32")
+    assert "no turbo clock reported" in cpuinfo.describe(info, "float32")
 
 
 def test_max_freq_beats_cpu_mhz() -> None:
     info = info_from_text(EPYC_AVX2, max_freq_text="3300000", threads=1)
-    assert info.ghz == pytest.approx(3.3)
+    assert info.ghz == pytest.approx(3.3) and info.turbo_reported
 
 
 def test_graviton_needs_cpufreq() -> None:
@@ -191,6 +197,88 @@ def test_ghz_from_max_freq(text: str | None, ghz: float | None) -> None:
 ])
 def test_simd_from_flags(flags: set[str], machine: str, expected: tuple[str, int]) -> None:
     assert simd_from_flags(flags, machine) == expected
+
+
+# A hybrid Intel laptop (Raptor Lake): P-cores' cpufreq says 5.4 GHz, E-cores' 4.2 GHz; one core is idling
+# at 800 MHz and another running at 4.7 GHz when /proc/cpuinfo was read.
+HYBRID = """\
+processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: 13th Gen Intel(R) Core(TM) i9-13900H
+cpu MHz\t\t: 800.000
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse sse2 fma avx avx2
+
+processor\t: 1
+model name\t: 13th Gen Intel(R) Core(TM) i9-13900H
+cpu MHz\t\t: 4700.112
+physical id\t: 0
+core id\t\t: 4
+"""
+HYBRID_MAX_FREQS = ["5400000\n", "5400000\n", "4200000\n", "4200000\n"]
+
+# The machine of issue 28: a VM with no cpufreq, no clock in the model name, "cpu MHz" 2300 (its TSC), whose
+# cores ran faster: 0.316 TFLOP/s measured on 2 cores against an estimate of 0.294 at 2.30 GHz.
+VM_NO_TURBO = """\
+processor\t: 0
+model name\t: Intel(R) Xeon(R) Processor
+cpu MHz\t\t: 2300.000
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse sse2 fma avx avx2 avx512f hypervisor
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Processor
+cpu MHz\t\t: 2300.000
+physical id\t: 0
+core id\t\t: 1
+"""
+
+
+def test_the_highest_clock_of_every_core_is_taken() -> None:
+    info = info_from_text(HYBRID, max_freq_text=HYBRID_MAX_FREQS, threads=2)
+    assert info.ghz == pytest.approx(5.4) and info.turbo_reported
+    assert parse_proc_cpuinfo(HYBRID)["mhz"] == pytest.approx(4700.112)  # the busiest core's, not the first
+    assert info_from_text(HYBRID, threads=2).ghz == pytest.approx(4.700112)
+
+
+@pytest.mark.parametrize("text,max_freqs,ghz", [
+    (XEON, ["3900000\n"], 3.9),            # turbo above the nominal model-name clock
+    (XEON, [], 2.2),                        # no cpufreq: the higher of the nominal 2.20 and "cpu MHz" 2200.158
+    (HYBRID, HYBRID_MAX_FREQS, 5.4),
+    (VM_NO_TURBO, [], 2.3),
+    (EPYC_AVX2, ["3300000", "garbage", None, "0"], 3.3),  # unreadable files are skipped
+])
+def test_the_estimate_is_never_below_any_clock_the_machine_reports(text: str, max_freqs: list, ghz: float) -> None:
+    info = info_from_text(text, max_freq_text=max_freqs, threads=64)
+    assert info.ghz == pytest.approx(ghz, rel=1e-4)
+    reported = [cpuinfo.ghz_from_max_freq(t) for t in max_freqs] + [
+        cpuinfo.ghz_from_model(parse_proc_cpuinfo(text)["model"]), (parse_proc_cpuinfo(text)["mhz"] or 0) / 1000]
+    for clock in filter(None, reported):
+        at_that_clock = info.cores * clock * 1e9 * info.fma_units * info.fp32_lanes * 2
+        assert estimate_flops(info, torch.float32) >= at_that_clock * (1 - 1e-12)
+
+
+def test_issue_28s_vm_is_labelled_a_bound_only_at_its_reported_clock() -> None:
+    info = info_from_text(VM_NO_TURBO, threads=2)
+    assert (info.cores, info.ghz, info.fma_units, info.fp32_lanes) == (2, 2.3, 2, 16)
+    assert estimate_flops(info, torch.float32) == pytest.approx(294.4e9)  # what 09 printed; 0.316 was measured
+    assert cpuinfo.label(info, torch.float32).startswith("estimate (upper bound unless the cores run above 2.30 GHz)")
+
+
+@pytest.mark.parametrize("part,pipes", [("0xd0c", 2), ("0xd49", 2), ("0xd40", 4), ("0xd4f", 4), ("0xfff", 4)])
+def test_arm_cores_use_their_own_fma_pipes_else_the_most_known(part: str, pipes: int) -> None:
+    """Graviton2 (N1) has two 128-bit FMA pipes, Graviton3 (V1) and 4 (V2) four; an unknown part gets four."""
+    text = GRAVITON2.replace("0xd0c", part)
+    info = info_from_text(text, max_freq_text="2600000", machine="aarch64", threads=2)
+    assert info.fma_units == pipes
+    assert estimate_flops(info, torch.float32) == pytest.approx(2 * 2.6e9 * pipes * 4 * 2)
+
+
+def test_x86_takes_the_widest_simd_and_two_fma_units() -> None:
+    assert cpuinfo.fma_units("x86_64", None) == cpuinfo.FMA_UNITS == 2
+    assert simd_from_flags({"avx512f", "avx2", "fma", "sse2"}, "x86_64") == ("avx512", 16)
 
 
 def test_live_machine_reads_without_error() -> None:

@@ -64,3 +64,16 @@ def test_cli_subprocess_runs() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "float32" in proc.stdout
+
+
+def test_a_peak_below_the_measurement_is_refused_in_the_table(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m grader mfu` never shows an MFU above 1: a 1 FLOP/s "peak" is refused, and named."""
+    from grader.course import specs
+
+    tiny = specs.Peak(1.0, "Fake CPU", "CPU (estimate)", "float32", True, "a test's made-up number", "estimate: tiny")
+    monkeypatch.setattr(specs, "device_peak", lambda device, dtype, **kw: tiny)
+    assert mfu.main(["--device", "cpu", "--sizes", "32", "--reps", "2", "--dtypes", "float32"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long cells
+    assert "refused" in out and "MFU not reported" in out and "estimate: tiny" in out
+    assert "cpuinfo.py" in out

@@ -167,3 +167,42 @@ def test_mfu_refuses_mps_where_there_is_none(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert mfu.main(["--device", "mps"]) == 2
     assert "MPS was asked for" in capsys.readouterr().out
+
+
+# --- Apple chips by name (issue 31): "Apple M2 Max" as well as through system_profiler ------------------
+
+@pytest.mark.parametrize("chip", list(applegpu.MAX_CORES))
+def test_every_m1_to_m4_chip_resolves_by_name_to_its_largest_gpu(chip: str) -> None:
+    """Without a core count the largest GPU Apple ships that chip with is taken: a bound for the smaller one."""
+    peak = specs.named_peak(f"Apple {chip}", torch.float32)
+    assert peak is not None and peak.flop_per_sec > 0
+    cores = applegpu.MAX_CORES[chip]
+    if (chip, cores) in applegpu.PUBLISHED:
+        assert not peak.estimate and peak.flop_per_sec == applegpu.PUBLISHED[(chip, cores)][0]
+    else:
+        assert peak.estimate and f"{cores} GPU cores (the largest, an upper bound)" in peak.label
+        assert peak.flop_per_sec == pytest.approx(cores * 128 * 2 * applegpu.CLOCKS[chip][0] * 1e9)
+    assert "largest" in peak.source
+    assert specs.peak_flops(f"Apple {chip}", torch.float32) == peak.flop_per_sec
+
+
+def test_apple_m2_max_by_name() -> None:
+    assert specs.peak_flops("Apple M2 Max", torch.float32) == pytest.approx(13.6e12, rel=1e-3)  # 38 cores
+    assert specs.peak_flops("Apple M2 Max", torch.float16) == specs.peak_flops("Apple M2 Max", torch.float32)
+    assert specs.peak_flops("Apple M2 Max", torch.bfloat16) is None
+
+
+def test_a_core_count_in_the_name_is_used() -> None:
+    """bench.device_name names a Mac's GPU "Apple M2 Max, 30-core GPU": that exact GPU, not the largest."""
+    peak = specs.named_peak("Apple M2 Max, 30-core GPU", torch.float32)
+    assert peak.flop_per_sec == pytest.approx(30 * 128 * 2 * 1.398e9) and "largest" not in peak.source
+    assert specs.peak_flops("Apple M1, 8-core GPU", torch.float32) == 2.6e12  # Apple's own figure
+    assert specs.peak_flops("Apple M1, 7-core GPU", torch.float32) == pytest.approx(7 * 128 * 2 * 1.278e9)
+
+
+@pytest.mark.parametrize("name", ["Apple M4 Ultra",  # never made
+                                  "Apple M2 Max, 64-core GPU",  # more cores than the chip was sold with
+                                  "Apple M5", "M2 Max",  # no clock known; no vendor word
+                                  "Tesla M40", "NVIDIA Quadro M4000", "Apple A18 Pro"])
+def test_names_that_are_no_known_apple_gpu_give_nothing(name: str) -> None:
+    assert specs.peak_flops(name, torch.float32) is None

@@ -35,9 +35,11 @@ import torch
 from grader.course import applegpu, cpuinfo, specs
 
 __all__ = [
+    "ImpossibleMFU",
     "MatmulTiming",
     "default_device",
     "device_name",
+    "mfu",
     "mps_available",
     "synchronize",
     "time_fn",
@@ -321,9 +323,44 @@ def _format_seconds(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} µs"
 
 
+class ImpossibleMFU(ValueError):
+    """Achieved FLOP/s above the peak: the peak is wrong for this device (a row, or an estimate's clock), never the
+    timing fast. Its message names the peak and why it is suspect."""
+
+
+def mfu(flop_per_sec: float, peak: specs.Peak) -> float:
+    """achieved / peak, the model FLOPs utilisation, which is never above 1: raises ImpossibleMFU naming the peak."""
+    ratio = flop_per_sec / peak.flop_per_sec
+    if ratio > 1.0:
+        raise ImpossibleMFU(_refusal(flop_per_sec, peak.flop_per_sec, peak.label, _why_suspect(peak)))
+    return ratio
+
+
+def _why_suspect(peak: specs.Peak) -> str:
+    """Which figure an MFU above 1 proves wrong, by the kind of peak it was measured against."""
+    where = f"{peak.device_name}/{peak.dtype_key}"
+    if not peak.estimate:
+        return (f"the spec table's row {peak.spec_name!r} is wrong for {where} (or the card boosted past the "
+                "rated clock its datasheet assumes, as GeForce cards do): grader/course/specs.py")
+    if peak.spec_name == specs.CPU_ESTIMATE:
+        return (f"the estimated peak for {where} is too low: the CPU ran faster than the highest clock it "
+                "reports (a VM hides its turbo clock), or has more FMA units than assumed: grader/course/cpuinfo.py")
+    return (f"the estimated peak for {where} is too low: the device ran above the clock it reports, or the "
+            "per-SM rate of its architecture is wrong: grader/course/specs.py")
+
+
+def _refusal(flop_per_sec: float, peak: float, label: str, why: str) -> str:
+    return (f"MFU not reported: {flop_per_sec / 1e12:.3g} TFLOP/s measured is above the peak "
+            f"{peak / 1e12:.3g} TFLOP/s ({label}), which cannot be: {why}")
+
+
 @dataclass(frozen=True)
 class MatmulTiming:
-    """One timed (m x k) @ (k x n) matmul with its FLOP/s and MFU against the spec table."""
+    """One timed (m x k) @ (k x n) matmul with its FLOP/s and MFU against the device's peak.
+
+    peak and mfu are None when the peak is unknown, and when it is refused: a measurement above it proves it
+    wrong, and peak_error says which peak and why (dtype_key and peak_is_estimate still describe it).
+    """
 
     m: int
     k: int
@@ -338,17 +375,20 @@ class MatmulTiming:
     mfu: float | None
     peak_is_estimate: bool
     dtype_key: str | None
+    peak_label: str | None = None  # e.g. "datasheet: H100 SXM", "estimate: 24 SMs × 2.46 GHz × 512 FLOP/clock/SM"
+    peak_error: str | None = None  # why the peak was refused (an MFU above 1), else None
 
     @property
     def warning(self) -> str | None:
-        """An MFU above 1 is impossible, so the peak is wrong for this device: the table's, or the CPU estimate's
-        clock (a CPU that reports its base clock and runs faster, as under many hypervisors)."""
-        if self.mfu is not None and self.mfu > 1.0:
+        """Why no MFU is reported although a peak was found: it was exceeded, so it is wrong. Also covers a timing
+        built by hand with an MFU above 1, so no such fraction is ever printed."""
+        if self.peak_error is not None:
+            return self.peak_error
+        if self.mfu is not None and self.peak and self.mfu > 1.0:
+            kind = "estimate" if self.peak_is_estimate else "datasheet"
             key = self.dtype_key or _dtype_name(self.dtype)
-            if self.peak_is_estimate:
-                return (f"MFU above 1.0: the estimated peak for {self.device_name}/{key} is too low "
-                        "(it assumes the clock the CPU reports; this one ran faster)")
-            return f"MFU above 1.0: the spec table's peak for {self.device_name}/{key} must be wrong"
+            return _refusal(self.flop_per_sec, self.peak, self.peak_label or kind,
+                            f"that peak is wrong for {self.device_name}/{key}")
         return None
 
     @property
@@ -364,12 +404,13 @@ class MatmulTiming:
             f"{self.m}x{self.k}x{self.n} {self.dtype_label} on {self.device}: "
             f"{_format_seconds(self.seconds)}, {self.flop_per_sec / 1e12:.3g} TFLOP/s"
         )
-        if self.peak is None or self.mfu is None:
-            return f"{head}, peak unknown"
-        peak = f"peak {self.peak / 1e12:.3g} TFLOP/s" + (", estimate" if self.peak_is_estimate else "")
         warning = self.warning
         if warning is not None:
-            return f"{head}, {warning} (MFU {self.mfu:.2f}, {peak})"
+            return f"{head}, {warning}"
+        if self.peak is None or self.mfu is None:
+            return f"{head}, peak unknown"
+        label = self.peak_label or ("estimate" if self.peak_is_estimate else "")
+        peak = f"peak {self.peak / 1e12:.3g} TFLOP/s" + (f", {label}" if label else "")
         return f"{head}, MFU {self.mfu:.2f} ({peak})"
 
 
@@ -434,7 +475,9 @@ def time_matmul(
 ) -> MatmulTiming:
     """Time (m x k) @ (k x n) with `time_fn` and compare with the device's peak: 2mkn FLOPs per call.
 
-    Inputs and the output buffer are made before timing. On CUDA, float8 goes through
+    The MFU is never above 1: a measurement above the peak proves the peak wrong, and the result then
+    reports no peak and no MFU but says which peak is suspect (peak_error). Inputs and the output buffer
+    are made before timing. On CUDA, float8 goes through
     torch._scaled_mm (unit scales, bf16 output) and int8 through torch._int_mm; on CPU
     those raise ValueError. Extra keyword arguments go to `time_fn`.
     """
@@ -449,7 +492,12 @@ def time_matmul(
     flops = 2 * m * k * n
     flop_per_sec = flops / seconds
     peak = specs.device_peak(dev, dtype)
-    peak_value = peak.flop_per_sec if peak is not None and peak.flop_per_sec else None
+    fraction = peak_error = None
+    if peak is not None and peak.flop_per_sec:
+        try:
+            fraction = mfu(flop_per_sec, peak)
+        except ImpossibleMFU as exc:
+            peak_error = str(exc)
     return MatmulTiming(
         m=m,
         k=k,
@@ -460,8 +508,10 @@ def time_matmul(
         seconds=seconds,
         flops=flops,
         flop_per_sec=flop_per_sec,
-        peak=peak_value,
-        mfu=flop_per_sec / peak_value if peak_value else None,
+        peak=peak.flop_per_sec if fraction is not None else None,
+        mfu=fraction,
         peak_is_estimate=bool(peak.estimate) if peak is not None else False,
         dtype_key=peak.dtype_key if peak is not None else None,
+        peak_label=peak.label if peak is not None else None,
+        peak_error=peak_error,
     )

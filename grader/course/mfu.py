@@ -1,7 +1,9 @@
 """`python -m grader mfu`: time square matmuls per dtype on this device and report MFU.
 
-MFU = achieved FLOP/s / the device's dense peak for that dtype (grader.course.specs). On CPU the
-peak is an estimate, so the MFU there is a rough guide; on CUDA it is the datasheet number.
+MFU = achieved FLOP/s / the device's dense peak for that dtype (grader.course.specs): the datasheet
+number where the table has the GPU, else an estimate from the GPU's own SM count and clock; on a CPU an
+upper-bound estimate. Each peak's label says which. An MFU above 1 is never shown: the peak it would
+need is wrong, and the table says which one instead.
 """
 from __future__ import annotations
 
@@ -161,7 +163,7 @@ def _table(runs: list[DtypeRun], device: torch.device) -> Table:
         if t.peak is not None and t.peak_is_estimate:
             peak += " (est.)"
         if t.warning is not None:
-            mfu = f"[red]{t.mfu:.2f}: {t.warning}[/red]"
+            peak, mfu = "refused", "[red]not reported (below)[/red]"
         elif t.mfu is None:
             mfu = "-"
         else:
@@ -192,7 +194,7 @@ def _plot(runs: list[DtypeRun], path: Path, title: str) -> None:
         sizes.update(xs)
         (line,) = ax.plot(xs, [t.flop_per_sec / 1e12 for t in run.timings], marker="o", label=run.label)
         peak = run.timings[-1].peak
-        if peak is not None:
+        if peak is not None and not any(t.warning for t in run.timings):  # never a line under a point above it
             est = " (est.)" if run.timings[-1].peak_is_estimate else ""
             ax.axhline(peak / 1e12, linestyle="--", linewidth=1, color=line.get_color(), label=f"{run.label} peak{est}")
     ax.set_xscale("log", base=2)
@@ -269,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         console.print(f"Device: {device} - {name} ({props.multi_processor_count} SMs)")
-        console.print("Peaks are dense (no sparsity) datasheet numbers from grader.course.specs.")
+        console.print("Peaks are dense (no sparsity), from grader.course.specs: the datasheet row, else an estimate "
+                      "from this GPU's SM count and clock; each dtype's label is listed under the table.")
     elif device.type == "mps":
         console.print(f"Device: mps - {name}")
         peak = specs.device_peak(device, torch.float32)
@@ -283,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"Device: cpu - {name}, {torch.get_num_threads()} threads")
         peak = specs.device_peak(device, torch.float32)
         if peak is not None and peak.estimate:
-            console.print(f"CPU peaks are estimates, not datasheet numbers, so read MFU as a rough guide: {peak.source}")
+            console.print(f"CPU peaks are upper-bound estimates, not datasheet numbers, so an MFU here is a lower "
+                          f"bound: {peak.source}")
         elif peak is None:
             console.print("No peak is known for this CPU: the MFU column stays empty.")
 
@@ -293,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(_run_dtype(label, sizes, device, args.reps, args.warmup))
     console.print(_table(runs, device))
     console.print(f"size = the largest size that ran (of {', '.join(map(str, sizes))}); MFU = achieved / peak.")
+    for run in runs:
+        last = run.timings[-1] if run.timings else None
+        if last is not None and last.warning is not None:
+            console.print(f"  {run.label}: [red]{last.warning}[/red]")
+        elif last is not None and last.peak_label:
+            console.print(f"  {run.label} peak: {last.peak_label}")
 
     if args.plot is not None:
         _plot(runs, args.plot, f"Matmul throughput on {name}")

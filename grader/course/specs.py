@@ -10,12 +10,18 @@ Device names are matched as torch.cuda.get_device_name reports them, on whole to
 ("NVIDIA A10" must never become an A100), and an unknown name gives None. Some rows hold no
 peak at all (laptop GPUs, whose clocks the laptop maker sets; cards no vendor table covers):
 they make the name known, so it never borrows a neighbouring card's figures.
+
+A live GPU with no row (or a row without the dtype) gets an estimate from what it reports
+itself (estimate_gpu_peak): SMs (CUs) x the clock it reports x its architecture's dense
+FLOPs per clock per SM from the vendor's whitepaper, labelled "estimate: 24 SMs x 2.46 GHz x
+512 FLOP/clock/SM"; never another card's figure. Apple chips are known by name as well
+(grader.course.applegpu). Where each row and rate comes from: docs/peaks.md.
 """
 from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,7 +44,11 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class Peak:
-    """A looked-up peak with enough context to print where the number came from."""
+    """A looked-up peak with enough context to print where the number came from.
+
+    label is the short form printed next to every MFU ("datasheet: RTX 4090", "estimate: 24 SMs x
+    2.46 GHz x 512 FLOP/clock/SM"); left empty, it is filled from spec_name.
+    """
 
     flop_per_sec: float
     device_name: str
@@ -46,19 +56,31 @@ class Peak:
     dtype_key: str
     estimate: bool
     source: str
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            kind = "estimate" if self.estimate else "datasheet"
+            object.__setattr__(self, "label", f"{kind}: {self.spec_name}")
 
 
 HALVED = "sparse figures halved"
+CPU_ESTIMATE = "CPU (estimate)"  # the spec_name of every CPU peak
 
 
-def _peaks(fp64: float | None = None, fp32: float | None = None, tf32: float | None = None,
+def _keyed(fp64: float | None = None, fp32: float | None = None, tf32: float | None = None,
            bf16: float | None = None, fp16: float | None = None, fp8: float | None = None,
            int8: float | None = None) -> dict[str, float]:
-    """Build a peaks dict in TFLOP/s; FP8 fills both encodings (same rate on these parts)."""
+    """Short keywords to DTYPE_KEYS, leaving out the absent; FP8 fills both encodings (one rate on these parts)."""
     values = {"float64": fp64, "float32": fp32, "tf32": tf32, "bfloat16": bf16,
               "float16": fp16, "float8_e4m3fn": fp8, "float8_e5m2": fp8, "int8": int8}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _peaks(**tflops: float) -> dict[str, float]:
+    """A row's peaks dict from TFLOP/s figures (the keywords of _keyed)."""
     # Via the decimal string, so 1307.4 becomes exactly the float literal 1307.4e12.
-    return {k: float(f"{v!r}e12") for k, v in values.items() if v is not None}
+    return {k: float(f"{v!r}e12") for k, v in _keyed(**tflops).items()}
 
 
 _H100_SRC = ("NVIDIA H100 Tensor Core GPU datasheet / product page, "
@@ -73,10 +95,12 @@ _GA102_SRC = ("NVIDIA Ampere GA102 GPU Architecture whitepaper v2, https://www.n
 _ADA_SRC = ("NVIDIA Ada GPU Architecture whitepaper, https://images.nvidia.com/aem-dam/Solutions/"
             "Data-Center/l4/nvidia-ada-gpu-architecture-whitepaper-v2.1.pdf")
 _NO_TABLE = ("no NVIDIA whitepaper table for this card; its product page gives only rounded or "
-             "sparse figures, no dense FP16/BF16 rate with FP32 accumulate; peaks not "
-             "verified, none given")
+             "sparse figures, no dense FP16/BF16 rate with FP32 accumulate; no datasheet peak: "
+             "a live device gets the estimate from its own SM count and clock (estimate_gpu_peak)")
 _LAPTOP_SRC = ("laptop GPU: its clocks depend on the power limit the laptop maker sets, and "
-               "NVIDIA publishes a range, not one peak; none given (never the desktop card's)")
+               "NVIDIA publishes a range, not one peak; no datasheet peak (never the desktop "
+               "card's): a live device gets the estimate from its own SM count and the clock it "
+               "reports, which is the one its maker set (estimate_gpu_peak)")
 _LAPTOPS = ("3060", "3070", "3080", "4060", "4070", "4080", "4090", "5090")
 _P100_SRC = ("NVIDIA Tesla P100 datasheet (columns for NVLink and for PCIe), https://images.nvidia."
              "com/content/tesla/pdf/nvidia-tesla-p100-datasheet.pdf ; no tensor cores, no "
@@ -208,16 +232,24 @@ _SPECS: tuple[DeviceSpec, ...] = (
     *(DeviceSpec(name, {}, _NO_TABLE, sms=sms) for name, sms in (
         ("RTX 3060", 28), ("RTX 4060", 24), ("RTX 4060 Ti", 34), ("RTX 4070", 46),
         ("RTX 4070 Ti", 60))),
-    # RTX 5090: FP32 104.8 (21,760 CUDA cores x 2 x 2,407 MHz; quoted as 105). Its FP16/BF16
-    # rate with FP32 accumulate is quoted (third-party tables) as 210, i.e. the GeForce
-    # halving, but a public cuBLASLt benchmark measured about 254 TFLOP/s BF16 on one, above
-    # it; until NVIDIA's own table is checked, the tensor dtypes are left out.
-    DeviceSpec("RTX 5090", _peaks(fp32=104.8),
+    # RTX 5090 (170 SMs, 2,407 MHz boost). The whitepaper lists FP16/BF16 with FP32 accumulate at
+    # 209.5 dense, the GeForce halving of the FP16-accumulate 419, but this card does not halve:
+    # mma.sync with FP32 accumulate measured 370.6 TFLOP/s and torch.matmul bf16 224.3 (main-horse,
+    # "Things I learned digging into 5090 perf"), and cuBLASLt bf16 254 (xzwgit/gpu-flops-bench), all
+    # above 209.5. So the bound used is the whitepaper's FP16-accumulate 419, which every measurement
+    # stays below. FP8 likewise: cuBLASLt measured 773.5 against the FP32-accumulate 419, so the
+    # FP16-accumulate 838 is used. TF32 104.8 and INT8 838 are the whitepaper's dense figures, the
+    # rates mma.sync measured (92.8 and 745.7 TFLOP/s at the same 0.89 of them); cuBLASLt measured
+    # 125.8 TF32 and 906 INT8, above them, which a GeForce card boosting past the rated 2,407 MHz
+    # explains: grader.bench then refuses the MFU and names this row.
+    DeviceSpec("RTX 5090", _peaks(fp32=104.8, tf32=104.8, bf16=419, fp16=419, fp8=838, int8=838),
                "NVIDIA RTX Blackwell GPU Architecture whitepaper, GeForce RTX 5090 column, "
                "https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/nvidia-rtx-"
-               "blackwell-gpu-architecture.pdf ; 104.8 TFLOPS FP32 (non-tensor), 1,792 GB/s; "
-               "tensor dtypes not verified (a measured 254 TFLOP/s BF16 exceeds the quoted "
-               "210 with FP32 accumulate), left out", sms=170, bandwidth=1792000000000.0),
+               "blackwell-gpu-architecture.pdf ; dense figures: 104.8 TFLOPS FP32 and TF32, "
+               "FP16/BF16 419 and FP8 838 (the FP16-accumulate figures: this card runs FP32 "
+               "accumulate above the whitepaper's halved 209.5 and 419, measured by main-horse."
+               "github.io/posts/5090-mm-perf and github.com/xzwgit/gpu-flops-bench), INT8 838; "
+               "1,792 GB/s", sms=170, bandwidth=1792000000000.0),
     # Laptop parts: the clocks, hence the peak, depend on the power limit each laptop maker
     # sets (NVIDIA publishes a range, not a figure), so none is given. Their own rows keep a
     # laptop name from ever borrowing the desktop card's peak.
@@ -249,9 +281,13 @@ _SPECS: tuple[DeviceSpec, ...] = (
                sms=56, bandwidth=549000000000.0),
     DeviceSpec("P100 SXM2", _peaks(fp64=5.3, fp32=10.6),
                _P100_SRC, sms=56, bandwidth=732000000000.0),
-    # A China-market Hopper part with no public NVIDIA datasheet: recognised, never an H200.
-    DeviceSpec("H20", {}, "no public NVIDIA datasheet for the H20; peaks unpublished, none "
-               "given"),
+    # A China-market Hopper part with no public NVIDIA datasheet: recognised, never an H200. Its
+    # tensor rate is capped below SMs x clock x Hopper's per-SM rate (third-party reports give 148
+    # TFLOPS dense BF16 for 78 SMs), so the estimate from its properties is a loose upper bound.
+    DeviceSpec("H20", {}, "no public NVIDIA datasheet for the H20; peaks unpublished, no "
+               "datasheet peak. Its tensor rate is capped by NVIDIA below SMs x clock x Hopper's "
+               "per-SM rate (third-party reports, not NVIDIA's: 148 TFLOPS dense BF16), so the "
+               "estimate from its properties is an upper bound far above it: its MFU reads low"),
     # Blackwell Ultra. HGX B300 (8 GPUs) lists FP8 72, FP16/BF16 36, TF32 18 PFLOPS with
     # sparsity: per GPU and halved, 4.5 / 2.25 / 1.125 PFLOPS. Its FP32, FP64, INT8 and memory
     # bandwidth were seen quoted with different values (FP32 75 or 80 TF; INT8 0.15 or 4.5 POPS;
@@ -434,20 +470,176 @@ def dtype_key(dtype: torch.dtype | str, tf32: bool | None = None) -> str | None:
     return name if name in DTYPE_KEYS else None
 
 
+# ---------------------------------------------------------------------------------------------
+# Estimates from what a GPU reports: SMs (CUs) x its clock x its architecture's per-SM rate
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One architecture's dense FLOPs (OPs for int8) per clock per SM (CU on AMD), from its whitepaper.
+
+    geforce holds the GeForce parts' rates where they differ (FP16/BF16/FP8 with FP32 accumulate at
+    half the FP16-accumulate rate, TF32 at half the workstation rate). A part not named GeForce gets
+    the full rates, the upper bound (an unknown workstation or datacenter card).
+    """
+
+    name: str
+    per_sm: dict[str, float]
+    source: str
+    geforce: dict[str, float] = field(default_factory=dict)
+    unit: str = "SM"
+
+
+_HALF_RATE = "GeForce: FP32 accumulate at half the FP16-accumulate rate"
+# NVIDIA, by compute capability. Each source line shows the arithmetic reproducing a datasheet row.
+_NVIDIA_ARCHS: dict[tuple[int, int], Arch] = {
+    (6, 0): Arch("Pascal GP100", _keyed(fp64=64, fp32=128),
+                 "NVIDIA Tesla P100 whitepaper (per SM: 64 FP32 and 32 FP64 cores); P100 SXM2: 56 SMs "
+                 "x 1,480 MHz x 128 = 10.6 TFLOPS FP32; FP16 accumulates in FP16 there, so it is left out"),
+    (6, 1): Arch("Pascal GP10x", _keyed(fp32=256),
+                 "NVIDIA GeForce GTX 1080 whitepaper (128 FP32 cores per SM); GTX 1080: 20 SMs x "
+                 "1,733 MHz x 256 = 8.9 TFLOPS FP32; no tensor cores"),
+    (7, 0): Arch("Volta", _keyed(fp64=64, fp32=128, fp16=1024),
+                 "NVIDIA Tesla V100 GPU Architecture whitepaper (per SM: 32 FP64 and 64 FP32 cores, "
+                 "8 tensor cores x 64 FP16 FMA per clock, FP32 accumulate at full rate); V100 SXM2: 80 "
+                 "SMs x 1,530 MHz x 1,024 = 125 TFLOPS"),
+    (7, 5): Arch("Turing", _keyed(fp32=128, fp16=1024, int8=2048),
+                 "NVIDIA Turing GPU Architecture whitepaper (per SM: 64 FP32 cores, 8 tensor cores x 64 "
+                 f"FP16 FMA per clock); T4: 40 SMs x 1,590 MHz x 1,024 = 65 TFLOPS; {_HALF_RATE}",
+                 geforce=_keyed(fp16=512)),
+    (8, 0): Arch("Ampere GA100", _keyed(fp64=128, fp32=128, tf32=1024, bf16=2048, fp16=2048, int8=4096),
+                 "NVIDIA A100 Tensor Core GPU Architecture whitepaper; A100: 108 SMs x 1,410 MHz x "
+                 "2,048 = 312 TFLOPS BF16, x 128 = 19.5 FP64 tensor"),
+    (8, 6): Arch("Ampere GA10x", _keyed(fp32=256, tf32=512, bf16=1024, fp16=1024, int8=2048),
+                 "NVIDIA Ampere GA102 GPU Architecture whitepaper; RTX A6000: 84 SMs x 1,800 MHz x "
+                 "1,024 = 154.8 TFLOPS BF16; GeForce RTX 3090: 82 SMs x 1,695 MHz x 512 = 71; "
+                 + _HALF_RATE, geforce=_keyed(tf32=256, bf16=512, fp16=512)),
+    (8, 9): Arch("Ada", _keyed(fp32=256, tf32=512, bf16=1024, fp16=1024, fp8=2048, int8=2048),
+                 "NVIDIA Ada GPU Architecture whitepaper; RTX 6000 Ada: 142 SMs x 2,505 MHz x 2,048 = "
+                 "728.5 TFLOPS FP8; GeForce RTX 4090: 128 SMs x 2,520 MHz x 512 = 165.2 BF16; "
+                 + _HALF_RATE, geforce=_keyed(tf32=256, bf16=512, fp16=512, fp8=1024)),
+    (9, 0): Arch("Hopper", _keyed(fp64=256, fp32=256, tf32=2048, bf16=4096, fp16=4096, fp8=8192,
+                                  int8=8192),
+                 "NVIDIA H100 Tensor Core GPU Architecture whitepaper; H100 SXM: 132 SMs x 1,830 MHz x "
+                 "4,096 = 989.5 TFLOPS BF16"),
+    (12, 0): Arch("Blackwell (RTX)", _keyed(fp32=256, tf32=512, bf16=1024, fp16=1024, fp8=2048,
+                                            int8=2048),
+                  "NVIDIA RTX Blackwell GPU Architecture whitepaper; GeForce RTX 5090: 170 SMs x 2,407 "
+                  "MHz x 256 = 104.8 TFLOPS FP32 and TF32, x 1,024 = 419 FP16/BF16 (the FP16-accumulate "
+                  "rate: FP32 accumulate measures above the halved figure, see the RTX 5090 row). "
+                  "Workstation parts run TF32 at twice the GeForce rate (RTX PRO 5000 Blackwell measured "
+                  "140 TFLOPS TF32, github.com/xzwgit/gpu-flops-bench)", geforce=_keyed(tf32=256)),
+}
+# AMD, by the gfx target in gcnArchName ("gfx942:sramecc+:xnack-"); rates per CU per clock.
+_AMD_ARCHS: dict[str, Arch] = {
+    "gfx90a": Arch("CDNA 2", _keyed(fp64=256, fp32=256, bf16=1024, fp16=1024, int8=1024),
+                   "AMD CDNA 2 architecture whitepaper; MI250X: 220 CUs x 1,700 MHz x 1,024 = 383 "
+                   "TFLOPS FP16/BF16, x 256 = 95.7 FP64/FP32 matrix", unit="CU"),
+    "gfx942": Arch("CDNA 3", _keyed(fp64=256, fp32=256, tf32=1024, bf16=2048, fp16=2048, fp8=4096,
+                                    int8=4096),
+                   "AMD CDNA 3 architecture whitepaper and ROCm's MI300 peak-performance table; "
+                   "MI300X: 304 CUs x 2,100 MHz x 2,048 = 1,307.4 TFLOPS FP16/BF16", unit="CU"),
+    "gfx950": Arch("CDNA 4", _keyed(fp32=256, bf16=4096, fp16=4096, fp8=8192, int8=8192),
+                   "AMD CDNA 4 architecture whitepaper and MI355X specifications; MI355X: 256 CUs x "
+                   "2,400 MHz x 4,096 = 2.5 PFLOPS FP16/BF16; no TF32; FP64 not verified, left out",
+                   unit="CU"),
+    **{target: Arch("RDNA 3", _keyed(fp32=256),
+                    "AMD Radeon RX 7900 XTX specifications: 61.4 TFLOPS FP32 = 96 CUs x 2,500 MHz x 256 "
+                    "(dual-issue); no matrix (WMMA) rate verified: FP16/BF16 left out", unit="CU")
+       for target in ("gfx1100", "gfx1101", "gfx1102")},
+}
+_NO_TENSOR_CORES = re.compile(r"\b(gtx|mx\d+)\b")  # Turing's GTX 16 and MX parts: CUDA cores only
+
+
+def gpu_arch(properties: object) -> Arch | None:
+    """The architecture a GPU's properties name: AMD by gcnArchName's gfx target, NVIDIA by compute capability."""
+    target = str(getattr(properties, "gcnArchName", "") or "").split(":", 1)[0].strip().lower()
+    if target.startswith("gfx"):
+        return _AMD_ARCHS.get(target)
+    major, minor = getattr(properties, "major", None), getattr(properties, "minor", None)
+    return _NVIDIA_ARCHS.get((major, minor)) if isinstance(major, int) and isinstance(minor, int) else None
+
+
+def _per_sm_rate(arch: Arch, name: str, key: str) -> tuple[float, str] | None:
+    """The dense rate per SM per clock for this part of the architecture, and which rate it is."""
+    lowered = name.lower()
+    if _NO_TENSOR_CORES.search(lowered) and key not in ("float32", "float64"):
+        return None  # a GTX 16 or MX part: CUDA cores only
+    if "geforce" in lowered and key in arch.geforce and arch.geforce[key] != arch.per_sm.get(key):
+        return arch.geforce[key], "the GeForce rate, half the workstation rate (FP32 accumulate)"
+    rate = arch.per_sm.get(key)
+    return (rate, "the full rate") if rate is not None else None
+
+
+def estimate_gpu_peak(properties: object, dtype: torch.dtype | str, *, tf32: bool | None = None,
+                      note: str = "") -> Peak | None:
+    """SMs x the clock the GPU reports x its architecture's per-SM rate: a labelled estimate, never a row.
+
+    properties is what torch.cuda.get_device_properties returns (name, major, minor,
+    multi_processor_count, clock_rate in kHz, gcnArchName on ROCm). None where the architecture, the
+    dtype's rate, the SM count or the clock is unknown: no clock is assumed.
+    """
+    key = dtype_key(dtype, tf32)
+    arch = gpu_arch(properties)
+    name = str(getattr(properties, "name", "") or "GPU")
+    sms = getattr(properties, "multi_processor_count", None)
+    khz = getattr(properties, "clock_rate", None)
+    if key is None or arch is None or not isinstance(sms, int) or sms <= 0 or not khz or khz <= 0:
+        return None
+    found = _per_sm_rate(arch, name, key)
+    if found is None:
+        return None
+    rate, which = found
+    ghz = khz / 1e6
+    what = "OP" if key == "int8" else "FLOP"
+    label = f"estimate: {sms} {arch.unit}s × {ghz:.2f} GHz × {rate:g} {what}/clock/{arch.unit}"
+    source = (f"{label}, from the device's own properties: multi_processor_count, the clock it reports "
+              f"(clock_rate, its maximum: a card that boosts past it can exceed this bound), and {arch.name}'s "
+              f"dense {key} rate per {arch.unit}, {which} ({arch.source})" + (f". {note}" if note else ""))
+    return Peak(sms * ghz * 1e9 * rate, name, f"{arch.name} (estimate)", key, True, source, label)
+
+
+def _row_peak(device_name: str, spec: DeviceSpec, key: str) -> Peak:
+    return Peak(spec.peaks[key], device_name, spec.name, key, False, spec.source, f"datasheet: {spec.name}")
+
+
+def named_peak(device_name: str, dtype: torch.dtype | str, *, tf32: bool | None = None,
+               sm_count: int | None = None) -> Peak | None:
+    """The peak a name alone gives: a table row, or an Apple chip by name; never an SM x clock estimate."""
+    key = dtype_key(dtype, tf32)
+    if key is None or not isinstance(device_name, str):
+        return None
+    spec = lookup(device_name, sm_count)
+    if spec is not None:
+        return _row_peak(device_name, spec, key) if key in spec.peaks else None
+    gpu = applegpu.gpu_from_name(device_name)
+    return _apple_peak(gpu, dtype_key(dtype, tf32=False)) if gpu is not None else None
+
+
 def peak_flops(device_name: str, dtype: torch.dtype | str, *, tf32: bool | None = None,
                sm_count: int | None = None) -> float | None:
     """Dense peak FLOP/s (OP/s for int8) of a named device in a dtype, or None if unknown."""
-    spec = lookup(device_name, sm_count)
+    peak = named_peak(device_name, dtype, tf32=tf32, sm_count=sm_count)
+    return peak.flop_per_sec if peak is not None else None
+
+
+def gpu_peak(properties: object, dtype: torch.dtype | str, *, tf32: bool | None = None) -> Peak | None:
+    """A GPU's peak from its properties: its datasheet row when the table has the dtype, else the estimate."""
+    name = str(getattr(properties, "name", "") or "")
+    spec = lookup(name, getattr(properties, "multi_processor_count", None))
     key = dtype_key(dtype, tf32)
-    if spec is None or key is None:
-        return None
-    return spec.peaks.get(key)
+    if spec is not None and key in spec.peaks:
+        return _row_peak(name, spec, key)
+    # No row for this part (or none with this dtype): its own SMs and clock, with the row's caveat if known.
+    return estimate_gpu_peak(properties, dtype, tf32=tf32, note=spec.source if spec is not None else "")
 
 
 def device_peak(device: torch.device | str | None, dtype: torch.dtype | str, *,
                 tf32: bool | None = None) -> Peak | None:
-    """The peak for a live device: the table for CUDA, an estimate for the CPU and for Apple's GPU
-    (`mps`); None if unknown. device=None means the current CUDA device when CUDA is available, else the CPU.
+    """The peak for a live device: a datasheet row or an estimate for CUDA/ROCm (gpu_peak), an upper-bound
+    estimate for the CPU, Apple's figure or an estimate for `mps`; None if unknown.
+    device=None means the current CUDA device when CUDA is available, else the CPU.
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -456,38 +648,36 @@ def device_peak(device: torch.device | str | None, dtype: torch.dtype | str, *,
     except (RuntimeError, TypeError, ValueError):
         return None
     if device.type == "cpu":
-        key = dtype_key(dtype, tf32=False)  # TF32 is a CUDA tensor-core mode
-        if key is None:
-            return None
-        info = cpuinfo.cpu_info()
-        flops = cpuinfo.estimate_flops(info, key)
-        if flops is None:
-            return None
-        return Peak(flops, info.model, "CPU (estimate)", key, True,
-                    cpuinfo.describe(info, key))
+        return _cpu_peak(dtype_key(dtype, tf32=False))  # TF32 is a CUDA tensor-core mode
     if device.type == "mps":
-        return _apple_peak(dtype_key(dtype, tf32=False))
+        gpu = applegpu.apple_gpu()
+        return _apple_peak(gpu, dtype_key(dtype, tf32=False)) if gpu is not None else None
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
-    name = torch.cuda.get_device_name(index)
-    sms = torch.cuda.get_device_properties(index).multi_processor_count
-    spec = lookup(name, sms)
-    key = dtype_key(dtype, tf32)
-    if spec is None or key is None or key not in spec.peaks:
+    return gpu_peak(torch.cuda.get_device_properties(index), dtype, tf32=tf32)
+
+
+def _cpu_peak(key: str | None) -> Peak | None:
+    """This CPU's upper-bound estimate (grader.course.cpuinfo), labelled as one."""
+    if key is None:
         return None
-    return Peak(spec.peaks[key], name, spec.name, key, False, spec.source)
-
-
-def _apple_peak(key: str | None) -> Peak | None:
-    """This Mac's GPU: Apple's published figure or an estimate (grader.course.applegpu), marked as such."""
-    gpu = applegpu.apple_gpu()
-    flops = applegpu.estimate_flops(gpu, key) if gpu is not None and key is not None else None
+    info = cpuinfo.cpu_info()
+    flops = cpuinfo.estimate_flops(info, key)
     if flops is None:
         return None
-    published = (gpu.chip, gpu.cores) in applegpu.PUBLISHED
+    return Peak(flops, info.model, CPU_ESTIMATE, key, True, cpuinfo.describe(info, key),
+                cpuinfo.label(info, key))
+
+
+def _apple_peak(gpu: applegpu.AppleGpu, key: str | None) -> Peak | None:
+    """An Apple GPU: Apple's published figure or an estimate (grader.course.applegpu), marked as such."""
+    flops = applegpu.estimate_flops(gpu, key) if key is not None else None
+    if flops is None:
+        return None
+    published = applegpu.is_published(gpu)
     return Peak(flops, gpu.name, f"Apple {gpu.chip} GPU" + ("" if published else " (estimate)"), key,
-                not published, applegpu.describe(gpu, key))
+                not published, applegpu.describe(gpu, key), applegpu.label(gpu, key))
 
 
 def memory_bandwidth(device: torch.device | str | None) -> float | None:
@@ -508,5 +698,12 @@ def table() -> list[DeviceSpec]:
     return list(_SPECS)
 
 
-__all__ = ["DTYPE_KEYS", "DeviceSpec", "Peak", "lookup", "peak_flops", "dtype_key",
-           "tf32_enabled", "device_peak", "memory_bandwidth", "table"]
+def architectures() -> list[Arch]:
+    """Every architecture the estimates know, NVIDIA then AMD, once each (for docs/peaks.md)."""
+    by_name = {arch.name: arch for arch in [*_NVIDIA_ARCHS.values(), *_AMD_ARCHS.values()]}
+    return list(by_name.values())
+
+
+__all__ = ["DTYPE_KEYS", "CPU_ESTIMATE", "Arch", "DeviceSpec", "Peak", "lookup", "named_peak", "peak_flops", "dtype_key",
+           "tf32_enabled", "gpu_arch", "estimate_gpu_peak", "gpu_peak", "device_peak", "memory_bandwidth",
+           "table", "architectures"]
