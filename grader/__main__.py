@@ -1,8 +1,10 @@
-"""`python -m grader <command>`: lab, test, grade, mfu, student, release, demo, execute, gradescope, gradescope-run, selfcheck."""
+"""`python -m grader <command>`: lab, test, grade, mfu, student, release, demo, execute, gradescope, gradescope-run,
+similarity, selfcheck."""
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from typing import Callable
 
@@ -27,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
                    "course authors"),
     "gradescope-run": ("grade one Gradescope submission (run by the autograder zip)", "grader.autograde.gradescope",
                        "instructors"),
+    "similarity": ("list pairs of students whose code for an exercise is similar (similarity.html)",
+                   "grader.autograde.similarity_cli", "instructors"),
     "selfcheck": ("run your notebooks and show where each exercise stands", "grader.selfcheck", None),
 }
 
@@ -48,11 +52,23 @@ def _entry(command: str) -> Callable[[list[str]], int] | None:
     return mod.main_test if command == "test" else mod.main
 
 
+def available() -> dict[str, tuple[str, str, str | None]]:
+    """The commands this install can run: the student release leaves the instructors' and authors' modules out,
+    so its --help lists only what it has (looked up without importing them)."""
+    def present(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is not there
+            return False
+    return {name: entry for name, entry in COMMANDS.items() if entry[2] is None or present(entry[1])}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, (help_text, _, _) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
+    shown = available()
+    parser = argparse.ArgumentParser(prog="python -m grader", description=f"The course's commands: {', '.join(shown)}.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, _, _) in COMMANDS.items():  # every one is parsed, to say why it is not there
+        sub.add_parser(name, add_help=False, **({"help": help_text} if name in shown else {}))
     args, rest = parser.parse_known_args(argv)
     run = _entry(args.command)
     return 2 if run is None else run(rest)

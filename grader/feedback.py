@@ -20,10 +20,18 @@ def _kind(r: ExerciseResult) -> str:
     return "checks" if any(c.hidden for c in r.checks) else "public checks"
 
 
+def points_words(r: ExerciseResult) -> str:
+    """'1/2 points' when the hidden checks ran; in the notebook, where they did not, the points are the public
+    checks' only, and say so: grading with the hidden ones may give less (2/4 public checks, then 0.57/2)."""
+    if any(c.hidden for c in r.checks) or not r.checks:
+        return f"{r.score:g}/{r.points:g} points"
+    return f"{r.score:g}/{r.points:g} points on public checks (grading adds hidden checks)"
+
+
 def _headline(r: ExerciseResult) -> str:
     passed = sum(c.passed for c in r.checks)
     counted = f"{passed}/{len(r.checks)} {_kind(r)}" if r.checks else "no checks ran"
-    return f"{r.exercise}: {_LABEL.get(r.status, r.status)} — {counted}, {r.score:g}/{r.points:g} points"
+    return f"{r.exercise}: {_LABEL.get(r.status, r.status)} — {counted}, {points_words(r)}"
 
 
 def _line(c: CheckResult) -> str:
@@ -51,7 +59,7 @@ def render_html(r: ExerciseResult) -> str:
             f'padding:2px 8px;margin:4px 0">'
             f'<b>{html.escape(r.exercise)}</b> '
             f'<span style="color:{colour};font-weight:bold">{html.escape(_LABEL.get(r.status, r.status))}</span> '
-            f'— {sum(c.passed for c in r.checks)}/{len(r.checks)} {_kind(r)}, {r.score:g}/{r.points:g} points')
+            f'— {sum(c.passed for c in r.checks)}/{len(r.checks)} {_kind(r)}, {html.escape(points_words(r))}')
     if r.status == "not_implemented":
         return head + "<br>Replace <code>raise NotImplementedError</code> with your code, then run this cell again.</div>"
     if not r.checks:

@@ -104,6 +104,26 @@ def one_kernel_config(venv: Path) -> Path:
     return path
 
 
+# JupyterLab's defaults for the course, as overrides of its settings' defaults (a student's own choice still
+# wins): no "Would you like to get notified about official Jupyter news?" pop-up over the first cells.
+LAB_DEFAULTS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
+def quiet_lab(prefix: Path) -> Path | None:
+    """Write the course's JupyterLab defaults into `prefix` (the venv or conda environment that runs the lab);
+    None where it may not write there (the user's own settings are left alone)."""
+    import json
+
+    folder = prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.d"
+    path = folder / f"{KERNEL}.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(LAB_DEFAULTS, indent=1) + "\n", encoding="utf-8")
+    except OSError:
+        return None
+    return path
+
+
 def ensure_venv(root: Path, venv: Path) -> Path:
     """Create `venv` and install the course into it unless its stamp says that was done; return its Python."""
     if sys.version_info < MIN_PYTHON:
@@ -115,6 +135,7 @@ def ensure_venv(root: Path, venv: Path) -> Path:
     if not python.is_file():
         _run([sys.executable, "-m", "venv", str(venv)], f"creating {venv}")
     one_kernel_config(venv)
+    quiet_lab(venv)
     stamp = venv / STAMP
     want = fingerprint(root)
     if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == want:
@@ -237,6 +258,7 @@ def main_lab(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    quiet_lab(Path(sys.prefix))
     if args.setup_only:
         return 0
     return _call(lab_command(root, args.ip, args.port, not args.no_browser, extra), cwd=root, env=lab_env(home))
@@ -264,4 +286,4 @@ def main_test(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["main_lab", "main_test", "ensure_venv", "ensure_kernel", "lab_command", "course_root", "venv_python",
-           "fingerprint", "one_kernel_config", "kernel_home", "lab_env", "in_conda_env", "missing_packages", "KERNEL", "DISPLAY_NAME", "SetupError"]
+           "fingerprint", "one_kernel_config", "quiet_lab", "kernel_home", "lab_env", "in_conda_env", "missing_packages", "KERNEL", "DISPLAY_NAME", "SetupError"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -97,7 +98,10 @@ def run_notebook(path: Path, timeout: int = 600, save: Path | None = None) -> No
     client = client_for(nb, path.parent, timeout, allow_errors=True)
     start = time.perf_counter()
     try:
-        client.execute()
+        # The kernel's own stderr is C++ libraries' chatter (the profiler's "USDT: ... profiler_start" lines in
+        # chapter 09), not the notebook's: cells' output comes over Jupyter's channels. It would land between
+        # the tables.
+        client.execute(stderr=subprocess.DEVNULL)
     except (CellTimeoutError, DeadKernelError) as e:
         result.problem = f"stopped: {type(e).__name__}"
     result.seconds = time.perf_counter() - start
@@ -122,16 +126,20 @@ def _report(results: list[NotebookCheck]) -> None:
 
     console = Console()
     for r in results:
-        table = Table(title=f"{r.path.name} ({r.seconds:.0f} s)", title_justify="left", expand=False)
+        table = Table(title=f"{r.path.name} ({r.seconds:.0f} s)", title_justify="left", expand=False,
+                      caption="points on public checks only: grading adds hidden checks", caption_justify="left")
         table.add_column("exercise")
         table.add_column("public checks")
+        table.add_column("points")
         table.add_column("status")
         for ex in r.exercises:
             checks = ex.get("checks", [])
             passed = sum(c["status"] == "passed" for c in checks)
             table.add_row(ex["exercise"].split(".", 1)[1], f"{passed}/{len(checks)}",
-                          _shown(ex["status"]))
+                          f"{ex.get('score', 0):g}/{ex.get('points', 0):g}", _shown(ex["status"]))
         console.print(table)
+        for line in problems(r.exercises):
+            console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
         for line in r.cell_errors:
             console.print(f"  [red]{line}[/]", soft_wrap=True)
         if r.problem:
@@ -140,6 +148,27 @@ def _report(results: list[NotebookCheck]) -> None:
     total = sum(len(r.exercises) for r in results)
     for line in closing_lines(done, total):  # each line shorter than 80 columns: no terminal breaks a phrase
         console.print(line, soft_wrap=True)
+
+
+def problems(exercises: list[dict]) -> list[str]:
+    """For each exercise that was written but does not pass: its first failing check, the points it costs on the
+    public checks, and that check's message (what a student fixes first)."""
+    lines = []
+    for ex in exercises:
+        if ex["status"] in ("passed", "not_implemented"):
+            continue
+        name = ex["exercise"].split(".", 1)[1]
+        checks = ex.get("checks", [])
+        first = next((c for c in checks if c["status"] != "passed"), None)
+        lost = f"{ex.get('points', 0) - ex.get('score', 0):g}"
+        if first is None:
+            lines.append(f"{name}: {ex.get('message', '')}")
+            continue
+        words = (Status.of(first["status"]).words if Status.of(first["status"]) else first["status"]).lower()
+        message = first.get("message", "")
+        message = message if len(message) <= 300 else message[:297] + "..."
+        lines.append(f"{name}: {words} in the check \"{first['description']}\" (-{lost} points): {message}")
+    return lines
 
 
 def closing_lines(done: int, total: int) -> list[str]:

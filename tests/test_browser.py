@@ -76,14 +76,10 @@ def lab(student_release, tmp_path_factory):
             "--LabApp.news_url=None"]
     if os.geteuid() == 0:
         args.append("--allow-root")
-    # A student's own settings, with JupyterLab's "get notified about Jupyter news?" question answered no,
-    # so that the toast does not cover the screenshots.
-    settings = tmp_path_factory.mktemp("lab-settings")
-    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
-    (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}), encoding="utf-8")
+    # A student's own settings folder, fresh: JupyterLab's "get notified about Jupyter news?" question must be
+    # answered by the course's defaults (grader.lab.quiet_lab, written into the release's venv by its set-up).
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(tmp_path_factory.mktemp("lab-settings"))
     server = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
@@ -192,10 +188,10 @@ def check_outputs(page) -> list[str]:
 
 
 def shoot(page, locator, name: str) -> None:
+    """A screenshot of `locator`, with nothing over the cells: catches JupyterLab's "news?" toast, which the
+    course's lab settings switch off (a student on first start saw it cover the cells)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    no = page.locator(".jp-Notification-Toast >> button:has-text('No')")  # JupyterLab's "news?" toast
-    if no.count():
-        no.first.click()
+    assert page.locator(".jp-Notification-Toast").count() == 0, page.inner_text(".jp-Notification-Toast")
     locator.scroll_into_view_if_needed()
     page.mouse.wheel(0, -120)
     page.screenshot(path=str(ARTIFACTS / name))
@@ -256,3 +252,83 @@ def test_the_feedback_page_from_make_grade(browser, lab, tmp_path):
             page.close()
     results = json.loads((out / "Ben Bitdiddle" / "results.json").read_text(encoding="utf-8"))
     assert results["score"] == 0 and all(t["status"] == "failed" for t in results["tests"])
+
+
+def no_overflow(page, width: int) -> None:
+    """Nothing wider than the screen: the page scrolls down only (a phone's first complaint)."""
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the page is {overflow}px wider than a {width}px screen"
+
+
+def test_the_half_solved_students_feedback_opens_with_what_to_fix(browser, tmp_path):
+    """The demo's half-solved student, every chapter graded: on a phone the first view holds the total and the
+    start of "What to fix" (the page used to open on sixty cards, 15,895 px of them); passed exercises are folded;
+    a name in the list jumps to its card."""
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    shutil.copy(ROOT / "demo" / "submissions" / "Chloé Dubois.zip", subs / "Chloé Dubois.zip")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "grader", "grade", str(subs), "--out", str(out), "--workers", "2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.goto((out / "Chloé Dubois" / "feedback.html").as_uri())
+        no_overflow(page, 390)
+        fix = page.locator("#what-to-fix")
+        box = fix.bounding_box()
+        assert box is not None and box["y"] < 844 / 2, box  # the section starts in the upper half of the first view
+        first = fix.locator("a").first
+        assert first.bounding_box()["y"] + first.bounding_box()["height"] < 844  # and its first entry is in view
+        assert "What to fix" in fix.inner_text() and "points to gain" in fix.inner_text()
+        folded = page.locator("details.exercise")
+        assert folded.count() >= 20 and page.locator("details.exercise[open]").count() == 0
+        assert page.locator("article.exercise").count() >= 20  # the rest stay open
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "feedback_half_phone.png"), full_page=False)
+        target = first.get_attribute("href")
+        first.click()
+        page.wait_for_function("(id) => { const r = document.getElementById(id).getBoundingClientRect(); "
+                               "return r.top >= -1 && r.top < window.innerHeight; }", arg=target[1:])
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def class_pages(tmp_path_factory):
+    """The class report of the generated 60-student class and the similarity page of the generated cohort."""
+    from grader.autograde.classpage import write_class_report
+    from grader.autograde.report import write_cohort
+    from tests import class_cohort, similarity_cohort
+    from tests.inprocess import run_grader
+
+    out = tmp_path_factory.mktemp("class-pages")
+    records, students, adjust = class_cohort.generate()
+    write_cohort(out, records, students, class_cohort.CHAPTERS, adjust)
+    write_class_report(out, records, students, class_cohort.CHAPTERS, adjust, ["ignored notes.txt: not a notebook"],
+                       "sandbox: bubblewrap")
+    subs = tmp_path_factory.mktemp("similar-subs")
+    similarity_cohort.write_cohort(subs)
+    assert run_grader("similarity", str(subs), "--out", str(out)).returncode == 0
+    return out
+
+
+@pytest.mark.parametrize("name, sections", [
+    ("class", ["unfair", "chapters", "exercises", "checks", "run"]),
+    ("similarity", ["tensors.element_offset", "tensors.broadcast_shape"]),
+])
+def test_the_class_report_and_the_similarity_page_read_on_a_desk_and_a_phone(browser, class_pages, name, sections):
+    """Every section there and shown, every plot loaded (the PNGs are in the page), nothing wider than a phone."""
+    for width, height in ((1100, 1300), (390, 844)):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        try:
+            page.goto((class_pages / f"{name}.html").as_uri())
+            for section in sections:
+                assert page.locator(f"[id='{section}']").is_visible(), section
+            broken = page.evaluate("() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).length")
+            assert broken == 0
+            no_overflow(page, width)
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{name}_{'phone' if width < 500 else 'desk'}.png"), full_page=False)
+        finally:
+            page.close()

@@ -38,3 +38,26 @@ def test_every_command_names_a_module_that_exists():
     import importlib.util
     for name, (help_text, module, _) in cli.COMMANDS.items():
         assert help_text and importlib.util.find_spec(module) is not None, name
+
+
+def test_help_lists_only_the_commands_this_install_has(monkeypatch, capsys):
+    """Catches the release's --help offering `grade`, `release`, `gradescope` and `similarity`, which it then
+    refuses: a module the install lacks (the release leaves grader.autograde and grader.authoring out) hides
+    its command from the list, and the command still says why when it is typed."""
+    real = cli.importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name.startswith(("grader.autograde", "grader.authoring")):
+            return None
+        return real(name, *args)
+    monkeypatch.setattr(cli.importlib.util, "find_spec", find_spec)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listed = capsys.readouterr().out
+    for name, (help_text, module, audience) in cli.COMMANDS.items():
+        left_out = module.startswith(("grader.autograde", "grader.authoring"))
+        assert (help_text in " ".join(listed.split())) != left_out, name
+        assert (f" {name} " in listed or f" {name}\n" in listed) != left_out, name
+    monkeypatch.setattr(cli.importlib, "import_module", missing("grader.autograde"))
+    assert cli.main(["similarity", "subs", "--out", "x"]) == 2
+    assert "`similarity` is for instructors" in capsys.readouterr().err

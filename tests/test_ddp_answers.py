@@ -548,7 +548,9 @@ WRONG = [
     W("allreduce_traffic", lambda nbytes, n: 2.0 * nbytes, "a_single_rank_sends_nothing",
       "should send 0 bytes"),  # the whole buffer twice, even alone
     W("allreduce_traffic", lambda nbytes, n: 2 * (n - 1) * nbytes, "traffic_literals",
-      "yours is 2x it, the world size"),  # whole buffers, not 1/n chunks
+      "yours is n times it at every world size n"),  # whole buffers, not 1/n chunks
+    W("allreduce_traffic", lambda nbytes, n: 2.0 * nbytes, "traffic_literals",
+      "yours is the same at every world size"),  # a constant: at n = 2 it is also 2x, but not the world size
     W("allreduce_traffic", lambda nbytes, n: 6 * (n - 1) / n * nbytes, "traffic_literals",
       "yours is 3.00×"),  # any other clean factor is named too
     *ZERO_WRONG,
@@ -571,6 +573,14 @@ WRONG = [
 @pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
 def test_each_wrong_answer_is_caught_by_its_check(wrong):
     assert_caught("ddp", wrong)
+
+
+def test_a_traffic_hint_names_no_cause_the_world_sizes_cannot_tell_apart():
+    """Catches "yours is 2x it, the world size" for `2 * nbytes`, which is 2x at n = 2 only: the world-size hint
+    needs the answer to be n times the expected one at every n the check asked about."""
+    result = assert_caught("ddp", W("allreduce_traffic", lambda nbytes, n: 2.0 * nbytes, "traffic_literals"))
+    message = next(c.message for c in result.checks if c.name == "traffic_literals")
+    assert "world size n" not in message and "2x" not in message, message
 
 
 def test_zero_memory_literals_agree_with_the_oracle():

@@ -12,6 +12,7 @@ on an H200 graded the solution's Adam accumulation step as an error."""
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -29,15 +30,40 @@ GRADED = ("Ada Lovelace",)
 
 
 @pytest.fixture(scope="module")
-def demo_grades(tmp_path_factory) -> list[dict]:
+def demo_out(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo-grades")
     cohort = tmp_path_factory.mktemp("demo-cohort")
     for student in GRADED:
         shutil.copytree(DEMO / student, cohort / student)
     run = run_grader("grade", str(cohort), "--out", str(out), "--workers", "2", forkserver=True)
     assert run.returncode == 0, run.stderr[-3000:]
-    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo_grades(demo_out) -> list[dict]:
+    with open(demo_out / "grades.csv", newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def test_make_grade_writes_the_class_report(demo_out, demo_grades):
+    """The class report from a real run (every chapter, kernels, sandbox): class.json's figures agree with
+    grades.csv (its own tests check every figure on a generated class), and class.html is one page with a
+    histogram and a status chart per chapter."""
+    figures = json.loads((demo_out / "class.json").read_text(encoding="utf-8"))
+    assert [c["chapter"] for c in figures["chapters"]] == graded_chapters()
+    assert [x["exercise"] for x in figures["exercises"]] == list(dict.fromkeys(r["exercise"] for r in demo_grades))
+    for x in figures["exercises"]:
+        mine = [r for r in demo_grades if r["exercise"] == x["exercise"]]
+        statuses = {s: sum(r["status"] == s for r in mine) for s in {r["status"] for r in mine}}
+        assert x["students"] == len(mine) and x["statuses"] == statuses
+        assert x["passed_share"] == statuses.get("passed", 0) / len(mine)
+    for c in figures["chapters"]:
+        score = round(sum(float(r["score"]) for r in demo_grades if r["chapter"] == c["chapter"]), 2)
+        assert c["submitted"] == 1 and c["scores"]["median"] == score and sum(c["histogram"]["counts"]) == 1
+    assert figures["run"]["notebooks_graded"] == len(graded_chapters())
+    page = (demo_out / "class.html").read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == 2 * len(graded_chapters())
 
 
 def test_workers_fork_from_a_forkserver_where_torch_has_cuda(monkeypatch):

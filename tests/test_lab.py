@@ -92,6 +92,26 @@ def test_lab_command_offers_one_kernel_and_needs_no_shell():
     assert lab.venv_python(Path("v")).parts[-2:] in (("bin", "python"), ("Scripts", "python.exe"))
 
 
+def test_the_course_lab_says_no_to_jupyters_news_question(tmp_path):
+    """Catches the "Would you like to get notified about official Jupyter news?" pop-up over a new student's
+    cells: the course's defaults answer it, under the name and values this JupyterLab's schema declares (a
+    renamed setting would be ignored silently). tests/test_browser.py sees no toast in a real lab."""
+    path = lab.quiet_lab(tmp_path)
+    assert path == tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / f"{lab.KERNEL}.json"
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written == lab.LAB_DEFAULTS
+    schemas = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
+    for name, values in written.items():
+        package, plugin = name.rsplit(":", 1)
+        schema = json.loads((schemas / package / f"{plugin}.json").read_text(encoding="utf-8"))["properties"]
+        assert values["fetchNews"] in [o["const"] for o in schema["fetchNews"]["oneOf"]] and values["fetchNews"] != "none"
+        assert schema["checkForUpdates"]["type"] == "boolean"
+    from jupyterlab_server.settings_utils import _get_overrides
+
+    overrides, error = _get_overrides(str(tmp_path / "share" / "jupyter" / "lab" / "settings"))
+    assert not error and overrides[name]["fetchNews"] == "false"
+
+
 def test_the_setup_fingerprint_follows_the_requirements(tmp_path):
     """A changed requirements.txt reinstalls (catches a stamp that only says "done once")."""
     (tmp_path / "requirements.txt").write_text("torch==2.13.0\n")

@@ -15,6 +15,16 @@ The pipeline, one module per step:
   adjust.py      the instructor's decisions applied as outputs are written: overrides.py (manual scores),
                  late.py (penalties), canvas_csv.py (canvas.csv); instructor_csv.py reads their files
   gradescope.py  grade one Gradescope submission into its results.json (the autograder zip runs it)
+  whattofix.py   the top of feedback.html: each exercise not at full marks, its status, points lost, first problem
+  regrade.py     --students / --exercises: regrade just those, keep every other record as it is
+After grading:
+  classstats.py  the class report's figures (class.json): chapters, exercises, checks, checks that may be unfair
+  failures.py    group a check's failure messages after masking numbers and names
+  charts.py      its plots (matplotlib, PNG bytes embedded in the page)
+  classpage.py   class.json and class.html, written at the end of every run
+  studentcode.py the code a student wrote for an exercise; the release's code is the boilerplate
+  similarity.py  pairwise comparison per exercise (copydetect's winnowing), similarity_report.py its page and
+                 CSV, similarity_cli.py `python -m grader similarity` (and `grade --similarity`)
 
 Grading functions, classes, modules, autograd, files and processes: one mechanism.
 Every check runs in this process and decides from data; the student's objects stay in their kernel.
