@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from grader import registry, wire
-from grader.expect import CheckFailure
+from grader.expect import CheckFailure, describe
 from grader.registry import Check, Exercise, Registry
 from grader.results import (CRASHED, ERROR, FAILED, MEMORY, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT,
                             CheckResult, ExerciseResult)
@@ -39,7 +39,8 @@ class CheckTimeout(BaseException):
 
 
 class CheckMemory(BaseException):
-    """Raised by grading when the student's code ran out of the kernel's memory; the argument says how much that was."""
+    """Raised by grading when the student's code ran out of one of the kernel's limits: the first argument says
+    what the limit was, the optional second what ran out ("memory" unless said: "file space", "processes")."""
 
 
 class CheckCrashed(BaseException):
@@ -80,19 +81,27 @@ def forbidding_now() -> contextlib.AbstractContextManager[None]:
 
 
 def _forbid_during(obj: Any, exercise: Exercise) -> Any:
-    """The student's function, refusing the exercise's forbidden functions while it runs."""
-    if not exercise.forbid or not callable(obj) or isinstance(obj, type):  # classes stay classes (scenarios)
+    """The student's function, refusing the exercise's forbidden functions while it runs; its frame holds the
+    arguments, for an error's message (`_inputs`)."""
+    if not callable(obj) or isinstance(obj, type):  # classes stay classes (scenarios)
         return obj
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
+        if not exercise.forbid:
+            return obj(*args, **kwargs)
         with forbidding(exercise):
             return obj(*args, **kwargs)
     guarded.__name__ = getattr(obj, "__name__", "student_function")
     return guarded
 
 
-def seed_for(exercise_id: str, check_name: str) -> int:
-    return zlib.crc32(f"{exercise_id}:{check_name}".encode())
+_GUARDED = _forbid_during(len, Exercise("any.function", 0, ())).__code__  # the wrapper's frame: a call into the student
+
+
+def seed_for(exercise_id: str, check_name: str, salt: str = "") -> int:
+    """The check's seed: fixed for a public check (the notebook and grading draw the same inputs), and for a
+    hidden one mixed with the grading run's secret `salt`, so each run draws new hidden inputs."""
+    return zlib.crc32(f"{salt}:{exercise_id}:{check_name}".encode() if salt else f"{exercise_id}:{check_name}".encode())
 
 
 @contextlib.contextmanager
@@ -145,6 +154,20 @@ def student_frames(tb, limit: int = 3) -> str:
     return wire.student_frames(tb, (_GRADER_DIR, *_LIB_DIRS), limit=limit)
 
 
+def _inputs(tb: Any) -> str:
+    """'; called with (float32 tensor of shape (4, 6), int 2)': the arguments of the check's call into the student's
+    code that raised (through a grading kernel's handle, or the notebook's function), as failures name theirs."""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code is _GUARDED or (frame.f_code.co_name == "__call__"
+                                        and getattr(frame.f_locals.get("self"), "_grader_remote_", False)):
+            args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
+            shown = ", ".join([describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()])
+            return f"; called with ({shown if len(shown) <= 200 else shown[:199] + '…'})"
+        tb = tb.tb_next
+    return ""
+
+
 def _error_message(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     head = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
@@ -153,16 +176,18 @@ def _error_message(e: BaseException) -> str:
     where = getattr(e, "grader_where", None)  # set on errors raised in the grading kernel
     if where is None:
         where = student_frames(e.__traceback__)
-    return f"{head} ({where})" if where else head
+    return (f"{head} ({where})" if where else head) + _inputs(e.__traceback__)
 
 
-def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: float | None) -> CheckResult:
+def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: float | None,
+              salt: str = "") -> CheckResult:
+    """One check on the student's objects, its inputs drawn from its seed (a hidden one's mixed with `salt`)."""
     limit = check.timeout if check.timeout is not None else timeout
     start = time.perf_counter()
     status, message = PASSED, ""
     checking = _CHECKING.set(exercise)
     try:
-        with _isolated(seed_for(exercise.id, check.name)), _time_limit(limit) as fired:
+        with _isolated(seed_for(exercise.id, check.name, salt if check.hidden else "")), _time_limit(limit) as fired:
             check.fn(*objs)
         if fired:  # the alarm went off inside code that swallowed it (a __del__): still a timeout
             raise CheckTimeout(limit)
@@ -171,7 +196,9 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
         status, message = TIMEOUT, (given if isinstance(given, str) else
                                     f"stopped after {given:g} s (an infinite loop, or far too slow)")
     except CheckMemory as e:
-        status, message = MEMORY, f"ran out of memory (the limit is {e.args[0] if e.args else 'the kernel limit'})"
+        limit = e.args[0] if e.args else "the kernel limit"
+        status, message = MEMORY, (f"ran out of {e.args[1]}: {limit}" if len(e.args) > 1
+                                   else f"ran out of memory (the limit is {limit})")
     except CheckCrashed as e:
         status, message = CRASHED, f"the kernel died ({e.args[0] if e.args else 'it crashed'})"
     except CheckFailure as e:
@@ -189,11 +216,12 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
 
 
 def run_exercise(exercise_id: str, *objs: Any, hidden: bool = False,
-                 timeout: float | None = DEFAULT_CHECK_TIMEOUT, course: Registry | None = None) -> ExerciseResult:
+                 timeout: float | None = DEFAULT_CHECK_TIMEOUT, course: Registry | None = None,
+                 salt: str = "") -> ExerciseResult:
     """Run the public checks (and the hidden ones when `hidden`) of one exercise on `objs`.
 
     `objs` are the student's objects in the order of the exercise's `needs`; `course` is the loaded registry
-    (loaded here when not given).
+    (loaded here when not given); `salt` changes the hidden checks' inputs (seed_for).
     """
     course = course or registry.load(hidden)
     if hidden and not course.hidden:
@@ -205,7 +233,7 @@ def run_exercise(exercise_id: str, *objs: Any, hidden: bool = False,
                               f"the check needs {len(ex.needs)} argument(s): {names}; got {len(objs)}")
     run = course.checks(ex) if hidden else ex.public_checks()
     objs = tuple(_forbid_during(o, ex) for o in objs)
-    return ExerciseResult(ex.id, ex.points, [run_check(ex, c, objs, timeout) for c in run])
+    return ExerciseResult(ex.id, ex.points, [run_check(ex, c, objs, timeout, salt) for c in run])
 
 
 def run_namespace(namespace: Mapping[str, Any], chapter: str | None = None, hidden: bool = True,

@@ -18,6 +18,12 @@ import types
 import torch
 
 MAX_DEPTH = 8  # containers nested deeper than this are not data
+# A reply's budget, read by the grading process before it decodes anything (bridge.load_reply, measure). The
+# largest legitimate reply of any check is far below each (docs/measurements.md, "reply sizes").
+MAX_REPLY_BYTES = 64 * 2**20        # the reply's file, tensors' bytes included
+MAX_REPLY_ITEMS = 200_000           # values and containers, a shared one counted every time it is reached
+MAX_REPLY_ELEMENTS = 2**26          # tensor elements, summed over every tensor the reply describes
+MAX_REPLY_DEPTH = 64                # nesting, far past a packed value's (MAX_DEPTH) and the reply's own envelope
 PLAIN = (type(None), bool, int, float, str, bytes)  # what goes into the pickle as itself
 SHELL_ATTRS = ("showtraceback", "_showtraceback", "showsyntaxerror")  # how IPython shows an error
 _DATA_TYPES = "tensors, numbers, strings, sizes, dtypes, devices, and tuples, lists and dicts of them"
@@ -64,6 +70,42 @@ def pack(x, token, storages, opaque=None, depth=0):
     key = f"{token}{len(opaque)}"
     opaque[key] = (t.__module__ if t.__module__ != "builtins" else "", t.__qualname__, opaque_text(x))
     return key
+
+
+class TooLarge(ValueError):
+    """A reply past its budget: the student's code returned (or left in its arguments) more than any check needs."""
+
+
+def measure(x, items=MAX_REPLY_ITEMS, nbytes=MAX_REPLY_BYTES, elements=MAX_REPLY_ELEMENTS):
+    """Walk a decoded reply as unpack would, without building anything, and raise TooLarge as soon as it holds
+    more than `items` values, `nbytes` bytes of strings or `elements` tensor elements (shared references count
+    each time they are reached, as unpack would copy them) or nests deeper than MAX_REPLY_DEPTH (decoding recurses).
+    Bounded: it stops at the first value over budget, so a reply built to be huge costs no more than one at the limit."""
+    seen = size = numel = 0
+    stack = [(x, 0)]
+    while stack:
+        v, depth = stack.pop()
+        seen += 1
+        if seen > items:
+            raise TooLarge(f"more than {items:,} values")
+        t = type(v)
+        if t in (str, bytes, bytearray):
+            size += len(v)
+            if size > nbytes:
+                raise TooLarge(f"more than {nbytes / 2**20:g} MiB")
+        elif t in (tuple, list, dict):
+            if depth > MAX_REPLY_DEPTH:
+                raise TooLarge(f"containers nested more than {MAX_REPLY_DEPTH} deep")
+            if t is tuple and len(v) == 7 and type(v[0]) is str and v[0].endswith("tensor") and type(v[3]) is tuple:
+                count = 1
+                for d in v[3]:
+                    count *= d if type(d) is int and d >= 0 else 0
+                numel += count
+                if numel > elements:
+                    raise TooLarge(f"tensors of more than {elements:,} elements")
+            children = [*v.keys(), *v.values()] if t is dict else v
+            stack.extend((e, depth + 1) for e in children)
+    return seen
 
 
 def storage_list(storages):

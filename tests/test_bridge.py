@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader import registry
+from grader import registry, wire
 from grader.autograde import tamper
 from grader.autograde.bridge import RemoteFunction, load_reply
 from grader.expect import CheckFailure, call
@@ -68,6 +68,17 @@ def test_exceptions_keep_their_kind_and_the_students_name(bridge):
         remote(bridge, "shape_error")()
     assert type(info.value).__name__ == "ShapeError" and "bad shape" in str(info.value)
     assert "shape_error" in info.value.grader_where
+
+
+def test_an_error_in_the_kernel_names_the_inputs_of_the_call(bridge):
+    """Catches a graded error message without the inputs the check called the student's function with: the call
+    went through the bridge, so the arguments are the handle's, in this process."""
+    from grader.runner import run_check
+
+    ex = registry.load().get("tensors.broadcast_shape")
+    result = run_check(ex, ex.checks[0], (remote(bridge, "shape_error"),), None)
+    assert result.status == "error" and "TypeError" in result.message
+    assert "; called with (tuple (" in result.message, result.message
 
 
 def test_values_that_are_not_data_stay_opaque(bridge):
@@ -183,3 +194,40 @@ def test_a_kernel_that_cannot_start_is_a_recorded_crash_for_every_exercise(tmp_p
     assert grades and {g.status for g in grades} == {"crashed"}
     assert all("did not start: OSError: no more processes" in g.message for g in grades)
     assert len(folders) == 1 and not folders[0].exists()  # the bridge was closed and its folder removed
+
+
+# ---------------------------------------------------------------- a reply's budget
+
+def _reply(tmp_path, value, name="reply"):
+    import pickle
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(value, protocol=5))
+    return path
+
+
+@pytest.mark.parametrize("bomb, why", [
+    (lambda: {"result": [[None] * 2**20] * 100}, "values"),          # shared references, over the opcode budget
+    (lambda: {"result": [[None] * 150_000] * 1000}, "values"),       # under it on disk, 150 million values decoded
+    (lambda: {"result": [b"x" * 2**20] * 200}, "MiB"),               # one large string, reached 200 times
+    (lambda: {"result": [[]] * 10 + [b"x" * (wire.MAX_REPLY_BYTES + 1)]}, "MiB"),   # a file over the byte budget
+    (lambda: {"result": ("\0t-tensor", 0, "float32", (2**40,), (0,), 0, False)}, "elements"),  # a stride-0 view
+], ids=["shared-big", "shared-small", "shared-bytes", "huge-file", "expanded-tensor"])
+def test_a_reply_over_its_budget_is_refused_before_it_is_built(tmp_path, bomb, why):
+    """Decoding a reply of shared references without a budget took 2.2 GB and 219 s in the grading process:
+    each of these is refused within a second, by the file's size, its opcodes, or the walk that counts values
+    as decoding would reach them."""
+    import time
+    path = _reply(tmp_path, bomb())
+    start = time.perf_counter()
+    with pytest.raises(wire.TooLarge, match=why):
+        reply = load_reply(path)
+        wire.measure(reply)
+    assert time.perf_counter() - start < 2
+
+
+def test_the_largest_legitimate_replies_are_well_within_the_budget(tmp_path):
+    """A reply as large as any check's (8 MB of tensors, 2,000 values: docs/measurements.md) and ten times that
+    in values decode as before."""
+    value = {"result": [torch.zeros(2_000_000).numpy().tobytes()] + [1.5] * 20_000, "ok": True}
+    reply = load_reply(_reply(tmp_path, value))
+    assert reply is not None and wire.measure(reply) > 20_000

@@ -168,9 +168,28 @@ def cheating_submission(root: Path, token: str, walk: bool) -> dict[str, bytes]:
     t = cheats.Targets(repo=source, classmate=root / "nobody.ipynb", home=root, port=9, secret="-", token=token)
     nb = cheats.blank(hazards.exercises_only())
     for code in (cheats.solution_hunter(t, walk), cheats.hidden_importer(t),
-                 cheats.results_forger(root / "results" / "results.json", token)):
+                 cheats.results_forger(root / "results" / "results.json", token), cheats.remounter(t)):
         nb.cells.append(nbformat.v4.new_code_cell(code))
     return {"01_tensors.ipynb": notebook_bytes(nb)}
+
+
+@pytest.fixture
+def machine():
+    """What a remounting cheat would change on this machine (tests/hazards_sandbox.remounter): checked after the
+    autograder ran, and put back if it did change (so nothing that runs next is affected)."""
+    modules = {m: Path(__import__(m).__file__).read_bytes() for m in cheats.IMPORTED_BY_THE_GRADER}
+    state: dict = {}
+    yield state
+    token = state.get("token", "")
+    planted = [p for place in cheats.planted_places() for p in (place / f"{token}.pth", place / f"{token}.py",
+                                                                place / "sitecustomize.py", place / "usercustomize.py")
+               if token and p.is_file() and token in p.read_text(errors="replace")]
+    changed = [m for m, text in modules.items() if Path(__import__(m).__file__).read_bytes() != text]
+    for path in planted:
+        path.unlink()
+    for m in changed:
+        Path(__import__(m).__file__).write_bytes(modules[m])
+    assert planted == [] and changed == [], (planted, changed)
 
 
 def assert_graded_on_its_own_code(r: dict, token: str) -> None:
@@ -190,8 +209,9 @@ def settled_results(root: Path, token: str) -> dict:
 
 
 @pytest.mark.skipif(bool(bwrap_problem()), reason="bubblewrap cannot run here: the fallback test covers this machine")
-def test_cheats_under_the_autograder_in_the_sandbox_score_only_their_own_code(autograder, tmp_path):
-    token = "forged-" + secrets.token_hex(6)
+def test_cheats_under_the_autograder_in_the_sandbox_score_only_their_own_code(autograder, tmp_path, machine):
+    """As root, as on Gradescope: the remounting cheat writes nothing on the machine (checked by `machine`)."""
+    token = machine["token"] = "forged-" + secrets.token_hex(6)
     root = tmp_path / "autograder"
     shutil.copytree(autograder, root / "source")
     files = cheating_submission(root, token, walk=True)
@@ -224,12 +244,12 @@ def world_readable_root():
 
 
 def test_without_bubblewrap_the_kernel_runs_as_an_unprivileged_user_and_cheats_still_fail(autograder,
-                                                                                        world_readable_root):
+                                                                                        world_readable_root, machine):
     root = world_readable_root / "autograder"
     shutil.copytree(autograder, root / "source")
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    token = "forged-" + secrets.token_hex(6)
+    token = machine["token"] = "forged-" + secrets.token_hex(6)
     files = cheating_submission(root, token, walk=False)
     r = submit(autograder, world_readable_root, files, fresh=False, env={"GRADER_BWRAP": "/nonexistent/bwrap"})
     assert_graded_on_its_own_code(r, token)

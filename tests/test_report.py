@@ -2,6 +2,7 @@
 import json
 import os
 import random
+import re
 
 import pytest
 
@@ -127,7 +128,8 @@ def test_feedback_html_is_escaped_and_self_contained():
     assert "<script" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;script&gt;alert(2)&lt;/script&gt;" in page
     assert "&lt;b&gt;got&lt;/b&gt; &amp; &lt;i&gt;lost&lt;/i&gt;" in page
-    assert not any(s in page for s in ("src=", "href=", "@import", "url(", "http"))
+    assert not any(s in page for s in ("src=", "@import", "url(", "http"))
+    assert page.count("href=") == page.count('href="#ex-')  # links within the page only (What to fix)
     assert "4 / 5" in page
     for student in ("alice", "Zoë Ñúñez", EVIL):
         page = feedback_html(student, by_student(records, student))
@@ -151,8 +153,9 @@ def test_feedback_html_reads_as_words_for_a_student_on_any_screen():
     assert "Tampering detected" in page and ">Failed<" in page and "1 of 3 checks passed." in page
     # Which file was graded, and when.
     assert "Graded file: <code>01_tensors.ipynb</code> · graded 2026-11-22 11:20 UTC" in page
-    # The first failure is said once, in the check list, not again in a message column.
-    assert page.count("expected (2, 3), got (3, 2)") == 1
+    # The first failure is said twice: at the top, under "What to fix", and in its check list; never a third time
+    # in a message column.
+    assert page.count("expected (2, 3), got (3, 2)") == 2
     zoe = by_student(records, "Zoë Ñúñez")
     zoe[0].source = ""
     missing = feedback_html("Zoë Ñúñez", zoe)
@@ -224,3 +227,64 @@ def test_every_status_is_declared_once_with_its_words_and_a_styled_tone():
         assert Status.of(json.loads(json.dumps(status))) is status
     assert Status.of("no-such-status") is None
     assert {s.value for s in Status if s.scores_zero} == {"missing", "invalid", "tampered"}
+
+
+def test_feedback_opens_with_what_to_fix_and_folds_what_passed():
+    """Catches the page that opened on every card with no summary: "What to fix" comes first, lists each exercise
+    not at full marks with its status, the points it lost and its first problem, links each to its card (an id
+    that exists), says the unwritten ones per chapter, and folds the passed exercises into <details>."""
+    records = cohort()
+    records.append(record("alice", "02_dtypes", [
+        ("dtypes.bits", 0, 2, "not_implemented", "not implemented yet", [check("b", "not_implemented")]),
+        ("dtypes.round", 0, 1, "error", "0/1 checks passed", [check("r", "error", "IndexError: <oops>")])]))
+    page = feedback_html("alice", by_student(records, "alice"))
+    fix = page.split('<section class="fix" id="what-to-fix">', 1)[1].split("</section>", 1)[0]
+    assert page.index("What to fix") < page.index("<h2>Chapter 01")
+    assert "4 exercises not at full marks: 6.5 points to gain" in fix
+    assert "<code>views</code></a> · <span class=\"bad\">Failed</span> · <span class=\"lost\">−1.5 points</span>" in fix
+    assert "shape works: expected (2, 3), got (3, 2)" in fix  # the first check that did not pass, and why
+    assert "r works: IndexError: &lt;oops&gt;" in fix and "<oops>" not in page
+    assert "<b>Not written yet</b> in Chapter 02 · Floating-point formats and mixed precision: " in fix
+    for target in re.findall(r'href="#([^"]+)"', fix):
+        assert page.count(f'id="{target}"') == 1, target
+    assert '<details class="exercise" id="ex-tensors-same_storage">' in page  # passed: folded
+    assert '<article class="exercise" id="ex-tensors-views">' in page  # lost points: open
+    done = record("b", "01_tensors", [("tensors.views", 3, 3, "passed", "all 1 checks passed", [check("shape")])])
+    assert "Nothing: every exercise has full marks." in feedback_html("b", [done])
+
+
+# ---------------------------------------------------------------- spreadsheet formulas (OWASP's CSV injection)
+
+@pytest.mark.parametrize("name", ['=HYPERLINK("evil.example","click")', "@SUM(1+1)", "+1+1", "-2+3", "\tTAB",
+                                  "=1"])
+def test_a_student_named_like_a_formula_is_text_in_every_csv_and_reads_back(name):
+    """Caught: a folder name written as it is into grades.csv and gradebook.csv, which a spreadsheet runs."""
+    import csv
+    import io
+
+    from grader.autograde.report import FORMULA_START, from_spreadsheet
+    record = NotebookRecord(name, "01_tensors", "01_tensors.ipynb", "f", 1.0,
+                            [ExerciseGrade(name, "01_tensors", "tensors.same_storage", 1.5, 2, "failed", "-1 is wrong")])
+    for text in (grades_csv([record]), gradebook_csv([record], [name], ["01_tensors"])):
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+        cells = [c for row in rows[1:] for c in row]
+        assert not [c for c in cells if c.startswith(FORMULA_START) and not re.fullmatch(r"[+-]?[\d.]+", c)], cells
+        assert rows[1][0] == "'" + name and from_spreadsheet(rows[1][0]) == name
+    assert "'-1 is wrong" in grades_csv([record])
+
+
+def test_a_carriage_return_in_a_name_neither_splits_a_row_nor_starts_a_formula():
+    """Caught: Python's csv module leaves a lone CR unquoted, and a spreadsheet then reads two rows."""
+    import csv
+    import io
+    name = "\r=cmd|' /C calc'!A0"
+    record = NotebookRecord(name, "01_tensors", "01_tensors.ipynb", "f", 1.0,
+                            [ExerciseGrade(name, "01_tensors", "tensors.same_storage", 2, 2, "passed", "ok")])
+    rows = list(csv.reader(io.StringIO(grades_csv([record]), newline="")))
+    assert len(rows) == 2 and rows[1][0].startswith("'") and rows[1][2] == "tensors.same_storage"
+
+
+def test_numbers_stay_numbers_and_plain_names_stay_as_they_are():
+    from grader.autograde.report import spreadsheet_text
+    assert [spreadsheet_text(c) for c in ("-0.5", "+2", "1e-3", 3, -1.5, "Ada", "O'Brien")] == \
+        ["-0.5", "+2", "1e-3", 3, -1.5, "Ada", "O'Brien"]

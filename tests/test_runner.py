@@ -92,6 +92,23 @@ def test_student_exception_shows_last_frames_without_paths():
     assert "/" not in msg.split("(", 1)[1]  # no file paths
 
 
+def test_an_error_names_the_inputs_the_students_code_was_called_with():
+    """Catches an error message that says what the code raised but not on what, while a failed value says both."""
+    def double(x):
+        y = x * 2
+        return y.no_such_method()
+
+    r = run_exercise("testing.double", double)
+    first = r.checks[0].message
+    assert r.status == "error" and "AttributeError" in first
+    assert first.endswith("; called with (float32 tensor of shape (3,))"), first
+
+    def double_or_not(x):  # returns, then the check's own comparison fails: no call of the student's is running
+        return "two"
+    r = run_exercise("testing.double", double_or_not)
+    assert "called with" not in " ".join(c.message for c in r.checks)
+
+
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), RecursionError("deep"), MemoryError()])
 def test_base_exceptions_become_errors(exc):
     def double(x):
@@ -246,3 +263,27 @@ def test_every_forbidden_name_exists():
             for part in owner_path.split(".")[1:]:
                 owner = getattr(owner, part)
             assert hasattr(owner, attr), f"{ex.id} forbids {dotted}, which does not exist"
+
+
+def _inputs_seen(salt: str) -> tuple[list, list]:
+    """What same_storage's public and hidden checks called it with, under the grading run's secret `salt`."""
+    seen: dict[bool, list] = {False: [], True: []}
+    ex = registry.load(hidden=True).get("tensors.same_storage")
+    from grader.runner import run_check
+    for check in ex.checks:
+        def recording(a, b, hidden=check.hidden):
+            seen[hidden].append((tuple(a.shape), a.flatten()[:3].tolist()))
+            return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        run_check(ex, check, (recording,), None, salt)
+    return seen[False], seen[True]
+
+
+def test_each_grading_run_draws_new_hidden_inputs_and_the_same_public_ones():
+    """Caught: hidden inputs fixed for ever, which a student resubmitting many times maps. Public checks keep
+    their seeds (the notebook shows what grading checks); a run's secret changes the hidden ones, and the same
+    secret replays them."""
+    public_a, hidden_a = _inputs_seen("run-a")
+    public_b, hidden_b = _inputs_seen("run-b")
+    assert public_a == public_b == _inputs_seen("")[0]
+    assert hidden_a != hidden_b
+    assert _inputs_seen("run-a")[1] == hidden_a

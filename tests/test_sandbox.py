@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import socket
@@ -21,7 +22,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader.autograde.sandbox import bwrap_argv, bwrap_problem, choose, gpu_devices, kernel_env
+from grader.autograde.report import FORMULA_START, from_spreadsheet
+from grader.autograde.sandbox import bwrap_argv, bwrap_problem, choose, gpu_devices, kernel_env, stage_identity
+from grader.runner import run_exercise
 from tests import hazards_sandbox as cheats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,22 +32,32 @@ FAST = ["--timeout", "30", "--check-timeout", "5", "--notebook-timeout", "300", 
 pytestmark = pytest.mark.skipif(bool(bwrap_problem()), reason=f"no sandbox on this machine: {bwrap_problem()}")
 
 
+# Runs a command and prints, last, the largest resident memory any process under it reached (in KiB).
+PEAK = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)")
+
+
 def grade(submissions: Path, out: Path, *extra: str, env: dict | None = None, user: str = "",
           workers: int = 2) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "grader", "grade", str(submissions), "--out", str(out), "--workers",
-               str(workers), *FAST, *extra]
+    """`python -m grader grade` in a subprocess; its stderr's last line is the peak memory of any process it ran."""
+    command = [sys.executable, "-c", PEAK, sys.executable, "-m", "grader", "grade", str(submissions), "--out",
+               str(out), "--workers", str(workers), *FAST, *extra]
     if user:
         command = ["runuser", "-u", user, "--", *command]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, **(env or {})})
 
 
+def peak_kib(run: subprocess.CompletedProcess) -> int:
+    return int(run.stderr.strip().splitlines()[-1])
+
+
 def rows(out: Path) -> dict[str, dict[str, str]]:
-    """student -> exercise name -> status."""
+    """student (as named, a spreadsheet's escape undone) -> exercise name -> status."""
     found: dict[str, dict[str, str]] = {}
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         for r in csv.DictReader(f):
-            found.setdefault(r["student"], {})[r["exercise"].split(".", 1)[1]] = r["status"]
+            found.setdefault(from_spreadsheet(r["student"]), {})[r["exercise"].split(".", 1)[1]] = r["status"]
     return found
 
 
@@ -100,6 +113,7 @@ def cheated(tmp_path_factory):
                              token="grader-escape-" + secrets.token_hex(6))
     subs = cheats.build(root / "class", targets)
     before = targets.classmate.read_bytes()
+    modules = {m: Path(__import__(m).__file__).read_bytes() for m in cheats.IMPORTED_BY_THE_GRADER}
     try:
         run = grade(subs, root / "out", "--sandbox", "on", env={"HOME": str(home), "GRADER_TEST_SECRET": targets.secret})
     finally:
@@ -112,9 +126,28 @@ def cheated(tmp_path_factory):
         for p in psutil.process_iter(["cmdline"]):  # never leave one behind, even when the test fails
             if any(targets.token in part for part in p.info["cmdline"] or []):
                 p.kill()
+    planted = [p for place in cheats.planted_places() for p in _planted(place, targets.token)]
+    changed = [m for m, text in modules.items() if Path(__import__(m).__file__).read_bytes() != text]
+    for path in planted:  # a sandbox that failed must not leave this machine changed for what runs next
+        path.unlink()
+    for m in changed:
+        Path(__import__(m).__file__).write_bytes(modules[m])
     assert run.returncode == 0, run.stderr[-3000:]
     return dict(out=root / "out", targets=targets, server=server, before=before, reached_repo=reached_repo,
-                leftovers=leftovers, run=run)
+                leftovers=leftovers, run=run, planted=planted, changed_modules=changed)
+
+
+def _planted(place: Path, token: str) -> list[Path]:
+    """Files in `place` a remounting cheat wrote (named after its token, or start-up files holding it)."""
+    found = [place / f"{token}.pth", place / f"{token}.py"]
+    found = [p for p in found if p.exists()]
+    for name in ("sitecustomize.py", "usercustomize.py"):
+        try:
+            if token in (place / name).read_text(errors="replace"):
+                found.append(place / name)
+        except OSError:
+            pass
+    return found
 
 
 @pytest.mark.parametrize("student", list(cheats.CHEATS))
@@ -207,7 +240,8 @@ def test_the_gpus_device_files_reach_the_kernel(tmp_path):
         pytest.skip("no character device here that the sandbox's /dev lacks")
     public, folder = tmp_path / "public", tmp_path / "notebook"
     public.mkdir()
-    folder.mkdir()
+    (folder / "grader").mkdir(parents=True)
+    stage_identity(folder, 1000)
     iso = choose("on", public)
     probe = ["test", "-c", stand_in]
     assert subprocess.run(bwrap_argv(iso, folder, folder, devices=[stand_in]) + probe).returncode == 0
@@ -258,3 +292,101 @@ def instructor_grades(instructor: str, tmp_path: Path) -> None:
     record = json.loads(next((tmp_path / "out" / ".state").rglob("*.json")).read_text(encoding="utf-8"))
     assert record["sandbox"].startswith("sandbox: bubblewrap")
     assert (tmp_path / "out" / "grades.csv").stat().st_uid == pwd.getpwnam(instructor).pw_uid
+
+
+# ---------------------------------------------------------------- the grader as root: issue "the sandbox holds"
+
+def test_no_remount_reached_a_file_the_grading_process_runs(cheated):
+    """The remounter and the saboteur tried the mount system call, the mount program and a new user namespace on
+    every read-only view, then wrote code where Python would run it: none of it reached this machine's files (a
+    kernel as root with capabilities wrote them all), and the run was not stopped by the grader's tripwire."""
+    assert cheated["planted"] == [] and cheated["changed_modules"] == []
+    assert "grading stopped" not in cheated["run"].stderr
+
+
+def test_a_classmate_graded_after_the_saboteur_keeps_her_marks(cheated):
+    """The saboteur appended a hook to the public grader every kernel imports; the classmate, graded after it
+    in the same run (grading takes the largest notebooks first, and hers is smaller), still passes every check."""
+    class_folder = cheated["targets"].classmate.parents[1]
+    size = {s: (class_folder / s / "01_tensors.ipynb").stat().st_size for s in ("Ada", "saboteur")}
+    assert size["Ada"] < size["saboteur"]
+    assert set(rows(cheated["out"])["Ada"].values()) == {"passed"}
+
+
+def public_calls_to_same_storage() -> int:
+    """How many times the public checks of same_storage call it (what the leaker can have seen before its
+    element_offset's public checks run, if no hidden check ran before them)."""
+    calls = []
+
+    def counting(a, b):
+        calls.append(1)
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    run_exercise("tensors.same_storage", counting, hidden=False)
+    return len(calls)
+
+
+def test_hidden_inputs_never_reach_what_the_student_reads(cheated):
+    """The leaker's element_offset raises the inputs its same_storage was called with. Every public check runs
+    before any hidden one, so what it can show the student is the public checks' inputs and nothing more."""
+    leaker = cheated["out"] / "leaker"
+    shown = (leaker / "results.json").read_text(encoding="utf-8") + (leaker / "feedback.html").read_text(
+        encoding="utf-8")
+    counts = {int(n) for n in re.findall(r"LEAK calls=(\d+)", shown)}
+    assert counts == {public_calls_to_same_storage()}, counts
+
+
+def test_a_reply_bomb_fails_its_checks_without_stalling_or_swelling_the_grader(cheated):
+    """Replies holding one large list a hundred (or a thousand) times are refused before they are built: each
+    check fails saying so, the notebook takes seconds, and no process of the run grew past what a kernel uses
+    (decoding one of them unbounded took 2.2 GB and 219 s)."""
+    record = json.loads((cheated["out"] / ".state" / "reply bomber" / "01_tensors.json").read_text(encoding="utf-8"))
+    assert record["seconds"] < 120
+    messages = [g["message"] for g in record["grades"] if cheats.BOMBED[g["exercise"].partition(".")[2]] == "failed"]
+    assert messages and all("far more than the exercise asks for" in m for m in messages), messages
+    assert peak_kib(cheated["run"]) < 1_500_000
+
+
+def test_student_names_never_become_spreadsheet_formulas(cheated):
+    """Folders named like formulas are written so a spreadsheet shows them as text (a leading apostrophe);
+    numbers stay numbers; the names read back as they were."""
+    for name in ("grades.csv", "gradebook.csv"):
+        with open(cheated["out"] / name, newline="", encoding="utf-8") as f:
+            cells = [c for row in csv.reader(f) for c in row]
+        formulas = [c for c in cells if c.startswith(FORMULA_START) and not re.fullmatch(r"[+-]?[\d.]+", c)]
+        assert formulas == [], (name, formulas)
+    assert set(cheats.FORMULA_NAMES) <= set(rows(cheated["out"]))
+
+
+def test_a_check_that_runs_into_a_limit_says_which(cheated):
+    """Filling its files or forking without end inside a check ends that check `memory`, naming the limit
+    (in memory files: --disk, a quarter of --memory; processes and threads: --processes)."""
+    with open(cheated["out"] / "grades.csv", newline="", encoding="utf-8") as f:
+        said = {r["exercise"]: r["message"] for r in csv.DictReader(f) if r["student"] == "limits in a check"}
+    assert "ran out of file space: 768 MiB of files in its folder, /tmp and /dev/shm" in said["tensors.same_storage"]
+    assert "ran out of processes: 256 processes and threads at once" in said["tensors.merge_heads"]
+
+
+def test_a_kernel_that_fills_the_folder_it_shares_with_the_grader_is_ended(tmp_path):
+    """The exchange folder is the one place on this machine's disk a sandboxed kernel writes (replies, sockets):
+    a notebook writing 800 MiB there is ended within a moment of passing its cap, with a message saying why, and
+    the folder never held much more than the cap."""
+    from grader.autograde.kernel import EXCHANGE_BYTES, Limits, NotebookKernel, disk_usage
+    from grader.autograde.sandbox import public_tree
+    scratch = tmp_path / "nb"
+    (scratch / "notebooks").mkdir(parents=True)
+    iso = choose("on", public_tree(tmp_path))
+    peak = []
+    fill = ("import os\nwith open('../grader/fill', 'wb') as f:\n    for _ in range(800):\n"
+            "        f.write(b'\\0' * (1 << 20)); f.flush(); os.fsync(f.fileno())\n")
+    kernel = NotebookKernel([fill], scratch / "notebooks", Limits(max_restarts=0), isolation=iso, folder=scratch)
+    watcher = threading.Thread(target=lambda: [peak.append(disk_usage(scratch / "grader", 10_000)[0]) or
+                                               __import__("time").sleep(0.05) for _ in range(200)], daemon=True)
+    try:
+        kernel.start()
+        watcher.start()
+        kernel.run_cells()
+    finally:
+        kernel.close()
+    assert kernel.outcomes[0].status == "dead"
+    assert "wrote" in kernel.outcomes[0].evalue and "MiB" in kernel.outcomes[0].evalue, kernel.outcomes[0]
+    assert max(peak) < EXCHANGE_BYTES + 250 * 2**20, max(peak)

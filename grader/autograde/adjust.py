@@ -18,6 +18,7 @@ from grader.autograde.canvas import CanvasStudent, Collected
 from grader.autograde.late import LatePolicy, Lateness
 from grader.autograde.overrides import FILENAME, Override, read_overrides
 from grader.autograde.records import ExerciseGrade
+from grader.autograde.report import from_spreadsheet
 from grader.chapters import key
 
 CANVAS_COLUMNS = ("chapters", "total")
@@ -123,6 +124,7 @@ def _resolver(students: list[str], people: dict[str, CanvasStudent]) -> Callable
     by_id = {p.user_id: p.student for p in people.values()}
 
     def resolve(name: str) -> str | None:
+        name = from_spreadsheet(name)
         return name if name in names else by_id.get(name)
     return resolve
 

@@ -10,8 +10,11 @@ So everything the checks compare lives in this process, out of the notebook's re
 from __future__ import annotations
 
 import builtins
+import io
 import os
 import pickle
+import pickletools
+import re
 import secrets
 import shutil
 import stat
@@ -36,7 +39,14 @@ from grader.registry import Exercise
 from grader.runner import CheckCrashed, CheckMemory, CheckTimeout, forbidden_message
 from grader.scenario import Opaque, opaque_class
 
-MAX_REPLY_BYTES = 256 * 2**20
+MAX_REPLY_BYTES = wire.MAX_REPLY_BYTES
+# Pickle opcodes a reply may hold: each makes at most one value (a memo read only a reference), so reading one
+# within this costs bounded memory whatever it describes; a plain value takes one or two.
+MAX_REPLY_OPCODES = 4 * wire.MAX_REPLY_ITEMS
+# Names of what a notebook replaced, as the kernel reports them (dotted names, a few words): at most this many,
+# each cut short, anything else masked; they reach the student's feedback.
+MAX_TAMPERED = 20
+_TAMPER_NAME = re.compile(r"[^\w .()'<>-]")
 _SOURCE = Path(kernel_side.__file__).read_text(encoding="utf-8")
 _WIRE_SOURCE = Path(wire.__file__).read_text(encoding="utf-8")
 # Installs the wire and then the bridge module in the kernel, both from the grader's text (at setup, and again
@@ -72,22 +82,38 @@ def _fast_tmp() -> str | None:
 
 
 def load_reply(name: str | os.PathLike, dir_fd: int | None = None) -> dict | None:
-    """The reply, if it is a plain file of plain values (a link, a FIFO or a huge file is no reply)."""
+    """The reply, if it is a plain file of plain values (a link or a FIFO is no reply); wire.TooLarge when it is
+    over its budget in bytes or pickle opcodes, found before anything of it is built."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_REPLY_BYTES:
+        if not stat.S_ISREG(st.st_mode):
             return None
+        if st.st_size > MAX_REPLY_BYTES:
+            raise wire.TooLarge(f"more than {MAX_REPLY_BYTES / 2**20:g} MiB")
         with os.fdopen(os.dup(fd), "rb") as f:
-            reply = _PlainUnpickler(f).load()
+            data = f.read(MAX_REPLY_BYTES + 1)
+        if len(data) > MAX_REPLY_BYTES:
+            raise wire.TooLarge(f"more than {MAX_REPLY_BYTES / 2**20:g} MiB")
+        _count_opcodes(data)
+        reply = _PlainUnpickler(io.BytesIO(data)).load()
+    except wire.TooLarge:
+        raise
     except Exception:
         return None
     finally:
         os.close(fd)
     return reply if isinstance(reply, dict) else None
+
+
+def _count_opcodes(data: bytes) -> None:
+    """Refuse a pickle of more than MAX_REPLY_OPCODES opcodes (a million empty lists is small on disk, not in memory)."""
+    for n, _ in enumerate(pickletools.genops(data)):
+        if n >= MAX_REPLY_OPCODES:
+            raise wire.TooLarge(f"more than {wire.MAX_REPLY_ITEMS:,} values")
 
 
 class Bridge:
@@ -101,7 +127,9 @@ class Bridge:
         self.folder = (kernel.private_dir("bridge-") if kernel.isolation is not None
                        else Path(tempfile.mkdtemp(prefix="grader-bridge-", dir=_fast_tmp())))
         self._dir = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        self.tampered: set[str] = set()
+        self.tampered: set[str] = set()      # what the notebook replaced, by name (found before any hidden check)
+        self.tampered_in_hidden = False        # it replaced something while hidden checks ran (no names: see probe)
+        self.salt = ""                         # set while a hidden check runs: the run's secret (runner.seed_for)
         self.deadline: float | None = None   # set per check: all its calls share the check's time
         self.limit = 0.0
         self._n = 0
@@ -156,14 +184,17 @@ class Bridge:
                 outcome = self.kernel.call(code, timeout)
         reply = None
         if outcome.status == "ok":
-            reply = self._load(resp.name)
-            if reply is None:
+            try:
+                reply = self._load(resp.name)
+                if reply is not None:
+                    wire.measure(reply)
+            except wire.TooLarge as e:
+                reply, outcome = None, Outcome("error", "TooLarge", str(e))
+            if reply is None and outcome.status == "ok":
                 outcome = Outcome("error", "BridgeError", "the kernel wrote no readable reply")
         for p in (req, resp):
             if p is not None:
                 self._unlink(p.name)
-        if reply is not None:
-            self.tampered.update(str(t) for t in reply.get("tampered", []))
         return outcome, reply
 
     def _load(self, name: str) -> dict | None:
@@ -171,16 +202,29 @@ class Bridge:
 
     def setup(self) -> Outcome:
         self.kernel.call(_INSTALL, 60)
-        outcome, _ = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED),
-                                            "scenarios": scenario_sources()}, 120)
+        outcome, reply = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED),
+                                                "scenarios": scenario_sources()}, 120)
+        self._tampered(reply, names=True)
         target = "grader-bridge-" + secrets.token_hex(4)
         listening, _ = self.request("listen", {"fifo": self.kernel.fifo_path, "target": target}, 30)
         if listening.status == "ok":
             self.kernel.open_comm(target)
         return outcome
 
-    def probe(self) -> None:
-        self.request("probe", None, 30)
+    def probe(self, after_hidden: bool = False) -> None:
+        """Ask the kernel what the notebook replaced. After hidden checks its answer is only yes or no: the names
+        come from the notebook's process, which by then has seen hidden inputs and could spell them out there."""
+        _, reply = self.request("probe", None, 30)
+        self._tampered(reply, names=not after_hidden)
+
+    def _tampered(self, reply: dict | None, names: bool) -> None:
+        found = reply.get("tampered") if reply is not None else None
+        if not isinstance(found, list) or not found:
+            return
+        if names:
+            self.tampered.update(_TAMPER_NAME.sub("?", str(t))[:120] for t in found[:MAX_TAMPERED])
+        elif any(str(t) not in self.tampered for t in found):
+            self.tampered_in_hidden = True
 
     def names(self, wanted: list[str]) -> dict[str, str]:
         outcome, reply = self.request("names", {"names": wanted}, 30)
@@ -203,7 +247,8 @@ class Bridge:
         if remaining <= 0:
             raise CheckTimeout(self.limit)
         token = "\0grader-opaque-" + secrets.token_hex(8) + "-"
-        seed = zlib.crc32(f"{exercise.id}:{what.get('name') or what.get('function')}:{self._n}".encode())
+        call = f"{exercise.id}:{what.get('name') or what.get('function')}:{self._n}"
+        seed = zlib.crc32(f"{self.salt}:{call}".encode() if self.salt else call.encode())
         storages: dict = {}
         refs = _student_refs((tuple(args), dict(kwargs)), token)
         packed_args, packed_kwargs = wire.pack(refs, token, storages)
@@ -214,8 +259,14 @@ class Bridge:
             self.kernel.recover(outcome)
             raise CheckTimeout("the notebook's time ran out" if outcome.evalue == "notebook" else self.limit)
         if outcome.status == "dead":
+            exhausted, self.kernel.exhausted = self.kernel.exhausted, ""
             self.kernel.restart()
+            if exhausted:
+                raise CheckMemory(exhausted, "file space")
             raise CheckCrashed("while running the student's code; os._exit, a segfault or the memory limit")
+        if reply is None and outcome.ename == "TooLarge":
+            raise CheckFailure(f"{what.get('name') or exercise.name} returned {outcome.evalue} (its result and "
+                               "arguments together): far more than the exercise asks for")
         if reply is None:
             raise RuntimeError(f"the kernel could not run the check: {outcome.ename}: {outcome.evalue}")
         try:
@@ -244,8 +295,14 @@ class Bridge:
     def _exception(self, err: dict, exercise: Exercise) -> BaseException:
         if err.get("forbidden"):
             return CheckFailure(forbidden_message(exercise, str(err["forbidden"])))
+        limits = self.kernel.limits
         if err.get("oom"):
-            return CheckMemory(f"{self.kernel.limits.memory / 2**30:g} GiB")
+            return CheckMemory(f"{limits.memory / 2**30:g} GiB, its files included")
+        if err.get("disk"):
+            return CheckMemory(f"{limits.files / 2**20:.0f} MiB of files in its folder, /tmp and /dev/shm together",
+                               "file space")
+        if err.get("processes"):
+            return CheckMemory(f"{limits.processes} processes and threads at once", "processes")
         base: type = RuntimeError
         for name in err.get("mro") or []:
             cls = getattr(builtins, str(name), None)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from grader.autograde import adjust
+from grader.autograde import adjust, integrity, regrade
 from grader.autograde.canvas import is_download_zip
 from grader.autograde.cohort import Summary, default_workers, grade_cohort
 from grader.autograde.kernel import GiB, Limits
@@ -35,15 +35,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-timeout", type=float, default=d.check_timeout, help=f"seconds per check ({d.check_timeout:g}); checks that declare a longer need are scaled alike")
     parser.add_argument("--notebook-timeout", type=float, default=d.notebook_timeout,
                         help=f"seconds per notebook, cells and checks together ({d.notebook_timeout:g})")
-    parser.add_argument("--memory", type=parse_size, default=d.memory, help="address space a kernel may use beyond its own start-up (4G)")
+    parser.add_argument("--memory", type=parse_size, default=d.memory,
+                        help="memory a kernel may use beyond its own start-up, its files included (4G)")
+    parser.add_argument("--disk", type=parse_size, default=None,
+                        help="of --memory, what its files may take: its folder, /tmp and /dev/shm, held in memory "
+                             "(default: a quarter)")
+    parser.add_argument("--processes", type=int, default=d.processes,
+                        help=f"processes and threads a kernel and all it starts may have at once ({d.processes})")
+    parser.add_argument("--seed", default=None,
+                        help="the secret the hidden checks draw their inputs with, to replay a run (default: the "
+                             "one OUT/.state/seed recorded, else a new one)")
     parser.add_argument("--chapters", help="comma-separated notebook stems (default: every chapter submitted)")
     parser.add_argument("--sandbox", choices=MODES, default="auto",
                         help="run each kernel in a bubblewrap sandbox: auto (where it works, else warn), on (or refuse), off")
     parser.add_argument("--kernel-user", default="",
                         help="without a sandbox, run the kernels as this unprivileged user (the grader must start as root)")
+    parser.add_argument("--similarity", action="store_true",
+                        help="also compare the students' code per exercise: similarity.html and similarity.csv")
     adjust.add_arguments(parser)
+    regrade.add_arguments(parser)
     args = parser.parse_args(argv)
     options = adjust.from_args(parser, args)
+    selection = regrade.from_args(parser, args)
 
     submissions = args.submissions or DEMO
     console = Console(stderr=True)
@@ -64,21 +77,31 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]grading could not run:[/] cannot write to {args.out} ({e.strerror})", soft_wrap=True)
         return 2
     workers = max(1, args.workers)
+    if args.disk is not None and args.disk >= args.memory:
+        console.print(f"[red]grading could not run:[/] --disk must be less than --memory", soft_wrap=True)
+        return 2
     limits = Limits(cell_timeout=args.timeout, check_timeout=args.check_timeout,
                     notebook_timeout=args.notebook_timeout, memory=args.memory,
-                    threads=max(1, default_workers() // workers))
+                    threads=max(1, default_workers() // workers), disk=args.disk, processes=max(16, args.processes))
     chapters = [c.strip() for c in args.chapters.split(",")] if args.chapters else None
     try:
         summary = grade_cohort(submissions, args.out, workers, limits, chapters, console, args.sandbox,
-                               args.kernel_user, options)
+                               args.kernel_user, options, selection, args.seed)
     except (ValueError, SandboxUnavailable) as e:
         console.print(f"[red]grading could not run:[/] {e}", soft_wrap=True)
+        return 2
+    except integrity.Changed as e:
+        console.print(f"[red]grading stopped:[/] {e}", soft_wrap=True)
         return 2
     for w in summary.warnings:
         console.print(f"[yellow]note:[/] {w}", soft_wrap=True)
     if summary.sandbox.startswith("no sandbox"):
         console.print(f"[yellow]warning:[/] {summary.sandbox}", soft_wrap=True)
     console.print(closing_line(summary, args.out), soft_wrap=True)
+    if args.similarity:
+        from grader.autograde.similarity_cli import run_similarity
+
+        console.print(run_similarity(submissions, args.out, chapters, options.canvas).line(args.out), soft_wrap=True)
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -29,10 +30,13 @@ from grader.registry import Registry
 from grader.autograde import report
 from grader.autograde.adjust import Options, prepare
 from grader.autograde.canvas import collect_submissions
+from grader.autograde.classpage import write_class_report
 from grader.autograde.collect import Submission
+from grader.autograde import integrity
 from grader.autograde.kernel import Limits
 from grader.autograde.notebook import grade, whole_notebook
 from grader.autograde.records import NotebookRecord
+from grader.autograde.regrade import Selection
 from grader.autograde.sandbox import Isolation, choose, public_tree
 from grader.results import CRASHED, INVALID, Status
 
@@ -104,20 +108,66 @@ def _state_path(out: Path, student: str, chapter: str) -> Path:
     return report.student_dir(out / ".state", student) / f"{chapter}.json"
 
 
-def _reuse(out: Path, task: Task) -> NotebookRecord | None:
+def _load(out: Path, task: Task) -> NotebookRecord | None:
+    """The task's record in OUT/.state, whatever it was graded with (None when there is none to read)."""
     try:
         data = json.loads(_state_path(out, task.student, task.chapter).read_text(encoding="utf-8"))
         record = NotebookRecord.from_dict(data)
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    return record if record.fingerprint == task.fingerprint and record.student == task.student else None
+    return record if record.student == task.student else None
+
+
+def _reuse(out: Path, task: Task) -> NotebookRecord | None:
+    record = _load(out, task)
+    return record if record is not None and record.fingerprint == task.fingerprint else None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What every worker of one run shares: the secret its hidden checks draw their inputs with, and where its
+    tripwire (integrity.Watch) starts from."""
+    salt: str
+    since: int
+    trees: tuple[str, ...]
+
+
+SEED_FILE = "seed"  # OUT/.state/seed: the run's secret, for the instructor to replay it (--seed)
+
+
+def run_seed(out: Path, given: str | None) -> str:
+    """The secret the hidden checks draw with: `given` (--seed), else the one this output folder recorded (a
+    resumed run draws what it began with), else a new one; recorded in OUT/.state/seed either way."""
+    path = out / ".state" / SEED_FILE
+    if given is None:
+        try:
+            given = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            given = ""
+    seed = given or secrets.token_hex(16)
+    if not path.is_file() or path.read_text(encoding="ascii").strip() != seed:
+        report.write_atomic(path, seed + "\n")
+    return seed
+
+
+_WATCH: integrity.Watch | None = None
+
+
+def _watch(guard: Guard) -> integrity.Watch:
+    """This worker's tripwire for the run `guard` belongs to."""
+    global _WATCH
+    if _WATCH is None or _WATCH.since != guard.since:
+        _WATCH = integrity.Watch(guard.since, guard.trees)
+    return _WATCH
 
 
 def _worker_init(environ: dict[str, str], cwd: str) -> None:
     """The grading process's environment and folder (a forkserver's workers would otherwise have the server's,
-    from its start), torch's threads, and the checks."""
+    from its start), torch's threads, and the checks. It writes no bytecode: nothing it runs changes while it
+    grades (integrity.py)."""
     import torch
 
+    sys.dont_write_bytecode = True
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
@@ -129,19 +179,28 @@ def _ready() -> None:
     """A no-op task: submitting it makes the pool start its workers now."""
 
 
-def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | None = None) -> NotebookRecord:
-    """In a worker: grade one notebook in its own scratch folder; a grader failure is a status, never a raise."""
+def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | None = None,
+         guard: Guard | None = None) -> NotebookRecord:
+    """In a worker: grade one notebook in its own scratch folder; a grader failure is a status, never a raise.
+    Only integrity.Changed (what the grading process runs changed, before or during it) is raised: it stops the run."""
+    watch = _watch(guard) if guard is not None else None
+    where = f"{task.student}/{task.chapter}"
+    if watch is not None:
+        watch.check(f"found before grading {where}")
     scratch = Path(tempfile.mkdtemp(prefix="nb-", dir=scratch_root))
     course = registry.load(hidden=True)
     try:
-        return grade(task.student, task.chapter, task.path, task.folder, scratch, limits, course, task.source,
-                     task.fingerprint, task.message, isolation)
+        record = grade(task.student, task.chapter, task.path, task.folder, scratch, limits, course, task.source,
+                       task.fingerprint, task.message, isolation, guard.salt if guard is not None else "")
     except BaseException as e:  # a bug in the grader must cost one notebook, not the class
-        return NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
+        record = NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
             task.student, task.chapter, CRASHED, f"the grader itself failed on this notebook: {type(e).__name__}: {e}",
             course))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if watch is not None:
+        watch.check(f"found after grading {where}")
+    return record
 
 
 def _instant(task: Task, course: Registry) -> NotebookRecord:
@@ -153,33 +212,44 @@ def _instant(task: Task, course: Registry) -> NotebookRecord:
 
 def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, chapters: list[str] | None = None,
                  console: Console | None = None, sandbox: str = "auto", kernel_user: str = "",
-                 options: Options | None = None) -> Summary:
+                 options: Options | None = None, selection: Selection | None = None,
+                 seed: str | None = None) -> Summary:
     """Grade every submission under `submissions` into `out`; returns what was done.
-    `sandbox` (auto, on, off) and `kernel_user`: see sandbox.choose; "on" raises SandboxUnavailable where it cannot."""
+    `sandbox` (auto, on, off) and `kernel_user`: see sandbox.choose; "on" raises SandboxUnavailable where it cannot.
+    `seed`: the secret the hidden checks draw their inputs with (run_seed); integrity.Changed stops the run.
+    `selection`: regrade only those students or exercises, keeping every other record (regrade.py)."""
     course = registry.load(hidden=True)
     start = time.monotonic()
     console = console or Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="grader-") as scratch_root:
         os.chmod(scratch_root, 0o711)  # a kernel user reaches its own notebook's folder in here, nothing else
-        isolation = choose(sandbox, public_tree(Path(scratch_root)), kernel_user=kernel_user)
+        public = public_tree(Path(scratch_root))
+        isolation = choose(sandbox, public, kernel_user=kernel_user)
         options = options or Options()
         found = collect_submissions(submissions, Path(scratch_root) / "zips", options.canvas)  # folders, zips or Canvas's
         subs, warnings = found.submissions, found.warnings
         if (Path(scratch_root) / "zips").is_dir():
             os.chmod(Path(scratch_root) / "zips", 0o700)  # other students' unpacked zips: never a kernel user's
         chosen = graded_chapters(subs, chapters, course)
+        if selection is not None:  # unknown names stop the run here, before any output
+            selection.check([s.student for s in subs], chosen, course)
+            warnings.append(selection.describe())
         adjust, notes = prepare(options, found, chosen, out, course)  # overrides, late work, canvas.csv: checked before any output
         warnings.extend(notes)
-        base = grader_fingerprint(limits) + ":" + isolation.kind
+        salt = run_seed(out, seed)
+        guard = Guard(salt, integrity.start(), (str(GRADER_DIR), str(public)))
+        base = grader_fingerprint(limits) + ":" + isolation.kind + ":" + salt
         tasks = plan(subs, chosen, base)
         students = [s.student for s in subs]
         summary = Summary(students=len(students), warnings=warnings, sandbox=isolation.describe())
         records: dict[tuple[str, str], NotebookRecord] = {}
         pending: list[Task] = []
+        previous: dict[tuple[str, str], NotebookRecord | None] = {}  # what a selected notebook's record was
         for task in tasks:
             if task.path is None:
                 records[(task.student, task.chapter)] = _instant(task, course)
-            elif (old := _reuse(out, task)) is not None:
+            elif (old := _reuse(out, task) if selection is None else
+                  selection.keep(task.student, task.chapter, _load(out, task), course, previous)) is not None:
                 records[(task.student, task.chapter)] = old
                 summary.reused += 1
             else:
@@ -189,6 +259,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         pending.sort(key=lambda t: -t.path.stat().st_size if t.path else 0)
 
         def finish(record: NotebookRecord) -> None:
+            if selection is not None:
+                record = selection.merge(previous.get((record.student, record.chapter)), record)
             records[(record.student, record.chapter)] = record
             report.write_atomic(_state_path(out, record.student, record.chapter),
                                 json.dumps(record.to_dict(), ensure_ascii=False, indent=1, sort_keys=True) + "\n")
@@ -196,7 +268,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         def student_done(student: str) -> None:
             mine = [r for (s, _), r in records.items() if s == student]
             summary.written.update(report.write_student(out, student, mine, adjust))
-            summary.written.update(report.write_cohort(out, records.values(), students, chosen, adjust))
+            if selection is None:  # a regrade writes the class's files once, at the end
+                summary.written.update(report.write_cohort(out, records.values(), students, chosen, adjust))
 
         for s in students:  # students with nothing to run are complete already
             if left[s] == 0:
@@ -209,7 +282,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
             bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
                                     current="")
             for record in _execute(pending, pool, workers, limits, scratch_root, isolation, course,
-                                   lambda running: progress.update(bar, current=_short(running))):
+                                   lambda running: progress.update(bar, current=_short(running)), guard):
                 finish(record)
                 summary.notebooks += 1
                 left[record.student] -= 1
@@ -217,6 +290,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                     student_done(record.student)
                     progress.advance(bar)
         summary.written.update(report.write_cohort(out, records.values(), students, chosen, adjust))  # also with no students
+        summary.written.update(write_class_report(out, records.values(), students, chosen, adjust, summary.warnings,
+                                                  summary.sandbox))
     summary.seconds = round(time.monotonic() - start, 1)
     return summary
 
@@ -231,8 +306,9 @@ def _short(running: list[str], width: int = 26) -> str:
 
 
 def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, limits: Limits, scratch_root: str,
-             isolation: Isolation, course: Registry, show):
-    """Yield each task's record as it is done, keeping `workers` notebooks running; a dead worker is replaced."""
+             isolation: Isolation, course: Registry, show, guard: Guard | None = None):
+    """Yield each task's record as it is done, keeping `workers` notebooks running; a dead worker is replaced.
+    integrity.Changed from a worker stops everything: nothing queued starts, what runs finishes unrecorded."""
     queue = list(tasks)
     tries: dict[int, int] = {}
     while queue:
@@ -244,13 +320,18 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
             while (queue or running) and not broken:
                 while queue and len(running) < max(1, workers):
                     task = queue.pop(0)
-                    running[pool.submit(_run, task, limits, scratch_root, isolation)] = task
+                    running[pool.submit(_run, task, limits, scratch_root, isolation, guard)] = task
                 show([f"{t.student}/{t.chapter}" for t in running.values()])
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
                     task = running.pop(fut)
                     try:
                         yield fut.result()
+                    except integrity.Changed as e:
+                        beside = ", ".join(f"{t.student}/{t.chapter}" for t in running.values())
+                        pool.shutdown(wait=True, cancel_futures=True)
+                        raise integrity.Changed(f"{e}" + (f" (graded at the same time: {beside})" if beside else "")
+                                                ) from None
                     except BrokenProcessPool:
                         broken = True
                         tries[id(task)] = tries.get(id(task), 0) + 1

@@ -27,7 +27,7 @@ import psutil
 from rich.console import Console
 
 from grader import chapters as chapter_names
-from grader.autograde.cohort import default_workers, grade_cohort
+from grader.autograde.cohort import SEED_FILE, default_workers, grade_cohort
 from grader.autograde.kernel import Limits
 from grader.autograde.report import write_atomic
 from grader.autograde.sandbox import GRADER_DIR, bwrap_problem
@@ -73,6 +73,9 @@ def results_for(submission: Path, chapters: list[str], limits: Limits, console: 
         summary = grade_cohort(subs, out, max(1, min(2, default_workers())), limits, chapters, console,
                                "auto", user)
         console.print(summary.sandbox)
+        # For the instructor only (the log is hidden from the student): the secret this submission's hidden
+        # checks drew their inputs with, to replay its grading (`python -m grader grade ... --seed`).
+        console.print(f"hidden checks' seed: {(out / '.state' / SEED_FILE).read_text(encoding='ascii').strip()}")
         results = json.loads((out / STUDENT / "results.json").read_text(encoding="utf-8"))
     tests = results.get("tests", [])
     score = results.get("score", 0)

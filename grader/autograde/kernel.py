@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from queue import Empty
@@ -47,9 +48,29 @@ class Limits:
     cell_timeout: float = 60.0       # seconds per notebook cell
     check_timeout: float = 20.0      # seconds per check (all the calls one check makes)
     notebook_timeout: float = 600.0  # seconds for the whole notebook: cells, replays and checks
-    memory: int = 4 * GiB            # address space the kernel may add to its start-up (RLIMIT_AS; launch.py)
+    memory: int = 4 * GiB            # memory the kernel may add to its start-up: address space plus its files
     threads: int = 1                 # torch / OpenMP threads in the kernel
     max_restarts: int = 4            # kernel restarts (each replays the notebook) before giving up
+    disk: int | None = None          # its files (folder, /tmp, /dev/shm: in memory), out of `memory` (None: 1/4)
+    processes: int = 256             # processes and threads the kernel and all it starts may have at once
+
+    @property
+    def files(self) -> int:
+        """Bytes of files the notebook may write: in a sandbox they are held in memory, so they count in `memory`."""
+        return self.disk if self.disk is not None else self.memory // 4
+
+    @property
+    def address_space(self) -> int:
+        """What the kernel may add to its address space (RLIMIT_AS, launch.py): `memory` less its files."""
+        return max(self.memory - self.files, self.memory // 4)
+
+
+# The exchange folder (sandbox.EXCHANGE) is the one place on this machine's disk a sandboxed kernel writes: the
+# bridge's replies (bridge.MAX_REPLY_BYTES) and the kernel's sockets. Past these it is ended.
+EXCHANGE_BYTES = 96 * 2**20
+EXCHANGE_ENTRIES = 256
+FOLDER_ENTRIES = 10_000  # without a sandbox the kernel works in its folder on disk: its files, capped as a whole
+WATCH_EVERY = 0.25  # seconds between two looks at what the kernel wrote
 
 
 def _exe(p: psutil.Process) -> str:
@@ -108,6 +129,53 @@ class _QuietClient(NotebookClient):
         return None
 
 
+def disk_usage(folder: Path, max_entries: int) -> tuple[int, int]:
+    """Bytes (allocated blocks) and entries under `folder`, never following a link; the count stops one past
+    `max_entries`, so a folder of a million files costs no more to look at than a full one."""
+    used, entries, stack = 0, 0, [str(folder)]
+    while stack and entries <= max_entries:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    if entries > max_entries:
+                        break
+        except OSError:
+            continue
+    return used, entries
+
+
+class _Watch(threading.Thread):
+    """Looks at what a kernel wrote to this machine's disk every WATCH_EVERY seconds and ends the kernel when it
+    passes `cap` bytes or `entries` files and folders (a file-count bomb counts too)."""
+
+    def __init__(self, kernel: "NotebookKernel", folder: Path, cap: int, entries: int) -> None:
+        super().__init__(daemon=True, name="grader-disk-watch")
+        self.kernel, self.folder, self.cap, self.entries = kernel, folder, cap, entries
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self is not threading.current_thread():
+            self.join(5)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(WATCH_EVERY):
+            used, entries = disk_usage(self.folder, self.entries)
+            if used > self.cap or entries > self.entries:
+                what = f"{used / 2**20:.0f} MiB" if used > self.cap else f"more than {self.entries} files"
+                self.kernel.end(f"the notebook wrote {what} to its folder on the grading machine's disk "
+                                f"(at most {self.cap / 2**20:.0f} MiB and {self.entries} files)")
+                return
+
+
 @dataclass
 class NotebookKernel:
     sources: list[str]                      # the notebook's code cells, in order
@@ -121,6 +189,7 @@ class NotebookKernel:
     slow: set[int] = field(default_factory=set)                   # cells that timed out but could be interrupted
     restarts: int = 0
     gave_up: str = ""                       # why the kernel is gone for good ("" while usable)
+    exhausted: str = ""                     # why the grader ended the kernel: what it wrote outgrew its cap
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.limits.notebook_timeout
@@ -139,7 +208,8 @@ class NotebookKernel:
         ours = {
             "CUDA_VISIBLE_DEVICES": "",        # grades must not depend on the grading machine having a GPU
             "GRADER_GRADING": "1",             # grader.check in the notebook only says the grader runs the checks
-            "GRADER_MEMORY_LIMIT": str(self.limits.memory),
+            "GRADER_MEMORY_LIMIT": str(self.limits.address_space),
+            "GRADER_PROCESSES": str(self.limits.processes), "GRADER_FILE_SIZE": str(self.limits.files),
             "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
             "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
             "GRADER_NOTEBOOK": self.token,
@@ -149,13 +219,17 @@ class NotebookKernel:
         ids = sandbox.user_ids(self.isolation)
         if ids is not None:
             ours["GRADER_KERNEL_UID"], ours["GRADER_KERNEL_GID"] = str(ids[0]), str(ids[1])
+        if self.isolation.kind == "bwrap":
+            ours.update(GRADER_STAGE=sandbox.STAGE, GRADER_FOLDER=str(self.folder), GRADER_CWD=str(self.cwd))
         return sandbox.kernel_env(self.isolation, dict(os.environ), ours, self.home)
 
     def private_dir(self, prefix: str) -> Path:
-        """A new folder for the grader's files in the notebook's own folder (the kernel can reach it there)."""
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.folder))
+        """A new folder for the grader's files in the notebook's exchange folder (the kernel can reach it there)."""
+        exchange = Path(self.folder) / sandbox.EXCHANGE
+        exchange.mkdir(exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=exchange))
         if self.isolation is not None:
-            sandbox.own_folder(path, self.isolation)
+            sandbox.own_folder(exchange, self.isolation)
         return path
 
     def _manager(self) -> _GradingKernelManager:
@@ -167,14 +241,27 @@ class NotebookKernel:
         if self.restarts == 0:
             self.home = Path(self.folder) / "home"
             sandbox.prepare_home(self.home)
+            if iso.kind == "bwrap":
+                sandbox.stage_identity(Path(self.folder), sandbox.sandbox_uid(iso))
             sandbox.own_folder(Path(self.folder), iso)
         self._ipc = str(self.private_dir("ipc-"))  # a fresh one per start: nothing left in it by the notebook
         km = _GradingKernelManager(transport="ipc", ip=os.path.join(self._ipc, "kernel"),
                                    connection_file=os.path.join(self._ipc, "connection.json"))
-        prefix = sandbox.bwrap_argv(iso, Path(self.folder), self.cwd) if iso.kind == "bwrap" else []
+        prefix = (sandbox.bwrap_argv(iso, Path(self.folder), self.cwd, disk=self.limits.files)
+                  if iso.kind == "bwrap" else [])
         km.launch_argv = [*prefix, sys.executable, iso.launch]
         km.owner = sandbox.user_ids(iso)
         return km
+
+    def _watched(self) -> tuple[Path, int, int] | None:
+        """The folder on this machine's disk the kernel may write, with the bytes and entries it may put there
+        (None: no folder to watch). Sandboxed, only its exchange folder (the rest is in size-limited memory);
+        otherwise its whole folder, which then holds its files."""
+        if self.isolation is None:
+            return None
+        if self.isolation.kind == "bwrap":
+            return Path(self.folder) / sandbox.EXCHANGE, EXCHANGE_BYTES, EXCHANGE_ENTRIES
+        return Path(self.folder), self.limits.files, FOLDER_ENTRIES
 
     def start(self) -> None:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("")])
@@ -200,6 +287,10 @@ class NotebookKernel:
             os.chown(fifo, *ids)
         self.fifo_path, self._fifo = fifo, os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         self._fifo_buffer = b""
+        watched = self._watched()
+        if watched is not None:
+            self._watch = _Watch(self, *watched)
+            self._watch.start()
         if self.setup is not None:
             self.setup(self)
 
@@ -207,6 +298,9 @@ class NotebookKernel:
         self._reply = execute_reply
 
     def close(self) -> None:
+        watch, self._watch = getattr(self, "_watch", None), None
+        if watch is not None:
+            watch.stop()
         if getattr(self, "_fifo", None) is not None:
             os.close(self._fifo)
             self._fifo = None
@@ -291,6 +385,12 @@ class NotebookKernel:
             return p.environ().get("GRADER_NOTEBOOK") == self.token
         except psutil.Error:
             return False
+
+    def end(self, why: str) -> None:
+        """End the kernel and everything it started, from any thread; `why` becomes what its checks report."""
+        self.exhausted = why
+        top = self._launched()
+        _kill(self._started() + ([top] if top is not None else []))
 
     def kill_children(self) -> int:
         """End every process the notebook's code started; the kernel itself lives on. How many there were."""
@@ -469,6 +569,8 @@ class NotebookKernel:
                 self.outcomes[i] = Outcome("skipped", "", "the notebook's time ran out")
                 continue
             out = self.execute(source, self.limits.cell_timeout)
+            if out.status == "dead" and self.exhausted:
+                out, self.exhausted = Outcome("dead", "", self.exhausted), ""
             self.outcomes[i] = out
             self._ran_upto = i + 1
             if out.status == "timeout":

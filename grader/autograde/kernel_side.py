@@ -138,9 +138,15 @@ def _error(e):
         pass
     oom = isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and any(
         s in text for s in ("can't allocate memory", "out of memory", "not enough memory")))
+    # The kernel's file space (ENOSPC, or EFBIG past the file-size limit) and its process limit (fork's EAGAIN,
+    # a thread that cannot start): limits of the grading kernel, reported as such, not as the student's error.
+    disk = isinstance(e, OSError) and e.errno in (27, 28)
+    processes = (isinstance(e, BlockingIOError) and e.errno == 11
+                 or isinstance(e, RuntimeError) and "can't start new thread" in text)
     return {"mro": [c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins"],
             "name": type(e).__name__, "message": text, "where": _student_frames(e.__traceback__),
-            "oom": oom, "forbidden": e.args[0] if isinstance(e, Forbidden) else ""}
+            "oom": oom, "disk": disk, "processes": processes,
+            "forbidden": e.args[0] if isinstance(e, Forbidden) else ""}
 
 
 def _student_object(ns):

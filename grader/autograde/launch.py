@@ -1,14 +1,21 @@
-"""Start a grading kernel: apply the memory limit, then hand over to ipykernel (as ipykernel_launcher does).
+"""Start a grading kernel: confine it, then hand over to ipykernel (as ipykernel_launcher does).
 
-The limit is on the process's address space (RLIMIT_AS), soft and hard, so student code cannot raise it;
-an allocation past it fails with MemoryError or torch's "can't allocate memory" instead of taking the machine.
-It counts what the notebook adds on top of the kernel's own start-up (Python, ipykernel and torch imported),
-because that start-up alone maps about 1 GiB with a CPU build of torch and several GiB with a CUDA build:
-the same `--memory` then means the same thing on every machine.
+Before anything of the notebook's can run, in this order (confine.py does each step):
+- with a kernel uid (`GRADER_KERNEL_UID`: the grader runs as root), drop to that unprivileged user for good;
+- install the seccomp filter (`GRADER_SECCOMP` names libseccomp): no mounts, namespaces, tracing, modules;
+- cap processes and threads (`GRADER_PROCESSES`), the size of any file (`GRADER_FILE_SIZE`), core dumps;
+- in a sandbox, copy the notebook's starting files from the read-only stage into its own size-limited folder
+  (`GRADER_STAGE` to `GRADER_FOLDER`) and work in `GRADER_CWD`;
+- import torch, then cap the address space (RLIMIT_AS) at what the start-up mapped plus `GRADER_MEMORY_LIMIT`.
+
+The memory limit is soft and hard, so student code cannot raise it; an allocation past it fails with MemoryError
+or torch's "can't allocate memory" instead of taking the machine. It counts what the notebook adds on top of
+the kernel's own start-up (Python, ipykernel and torch imported), because that start-up alone maps about 1 GiB
+with a CPU build of torch and several GiB with a CUDA build: the same `--memory` then means the same thing on
+every machine.
 
 In a sandbox (sandbox.py) the kernel's parent is the sandbox's own init, so ipykernel must not watch its
-parent's pid (it would see pid 1 and exit); with a kernel user (`GRADER_KERNEL_UID`), the launcher starts as
-root and drops to that user before anything of the notebook's can run.
+parent's pid (it would see pid 1 and exit).
 """
 import os
 import resource
@@ -27,10 +34,36 @@ def address_space() -> int:
     return 0
 
 
+def _confine() -> None:
+    """Every step above that comes before torch, from the environment the grader set."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    try:
+        import confine
+    finally:
+        sys.path.remove(here)
+    env = os.environ
+    uid = env.pop("GRADER_KERNEL_UID", "")
+    if uid:
+        confine.drop_user(int(uid), int(env.pop("GRADER_KERNEL_GID")))
+    library = env.pop("GRADER_SECCOMP", "")
+    if library:
+        confine.filter_syscalls(library)
+    confine.limit(int(env.pop("GRADER_PROCESSES", "0")), int(env.pop("GRADER_FILE_SIZE", "0")))
+    stage = env.pop("GRADER_STAGE", "")
+    if stage:
+        confine.unpack_stage(stage, env.pop("GRADER_FOLDER"))
+    cwd = env.pop("GRADER_CWD", "")
+    if cwd:
+        os.chdir(cwd)
+    sys.modules.pop("confine", None)
+
+
 if __name__ == "__main__":
     # Started by file path, so the grader package is first imported inside the running kernel (where
     # `import grader` registers its cell magic). Neither this file's folder nor the notebook's folder may
     # shadow torch or grader while the kernel starts (ipykernel_launcher drops the latter too).
+    _confine()
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and sys.path[0] in ("", os.getcwd(), here):
         del sys.path[0]
@@ -43,12 +76,6 @@ if __name__ == "__main__":
             mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
             if isinstance(mapping, dict) and "grader" in mapping:
                 sys.meta_path.remove(finder)
-    uid = os.environ.pop("GRADER_KERNEL_UID", "")
-    if uid:
-        gid = int(os.environ.pop("GRADER_KERNEL_GID"))
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(int(uid), int(uid), int(uid))
     import torch  # noqa: F401  (every notebook imports it; counted in the baseline, not against the notebook)
     from ipykernel import kernelapp
 
@@ -56,5 +83,4 @@ if __name__ == "__main__":
     if limit > 0:
         total = address_space() + limit
         resource.setrlimit(resource.RLIMIT_AS, (total, total))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     kernelapp.launch_new_instance()

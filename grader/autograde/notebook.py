@@ -21,7 +21,7 @@ from grader.autograde.bridge import Bridge, KernelDidNotStart, RemoteFunction, g
 from grader.autograde.kernel import Limits, NotebookKernel, Outcome
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
 from grader.autograde.sandbox import Isolation
-from grader.registry import Exercise, Registry
+from grader.registry import Check, Exercise, Registry
 from grader.results import (CRASHED, INVALID, MISSING, PASSED, TAMPERED, TIMEOUT, CheckResult, ExerciseResult)
 from grader.runner import run_check
 
@@ -104,12 +104,13 @@ def check_limit(declared: float | None, limits: Limits) -> float:
     return declared * limits.check_timeout / Limits().check_timeout
 
 
-def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits, course: Registry) -> ExerciseResult:
-    """Every check of `ex` on the student's functions; after a time-out or a crash the rest are not run."""
+def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits, course: Registry, salt: str = "",
+                        checks: list[Check] | None = None, stop: tuple[str, str] | None = None) -> list[CheckResult]:
+    """`checks` of `ex` (every one when None) on the student's functions; after a time-out or a crash (or a
+    `stop` carried from an earlier phase) the rest are not run. Hidden checks draw their inputs with `salt`."""
     objs = tuple(RemoteFunction(bridge, name, ex) for name in ex.needs)
     results: list[CheckResult] = []
-    stop: tuple[str, str] | None = None
-    for check in course.checks(ex):
+    for check in course.checks(ex) if checks is None else checks:
         if stop is None and bridge.kernel.gave_up:
             stop = (CRASHED, bridge.kernel.gave_up)
         if stop is not None:
@@ -117,12 +118,32 @@ def run_exercise_checks(ex: Exercise, bridge: Bridge, limits: Limits, course: Re
             continue
         limit = check_limit(check.timeout, limits)
         bridge.limit, bridge.deadline = limit, time.monotonic() + limit
-        r = run_check(ex, check, objs, timeout=None)
+        bridge.salt = salt if check.hidden else ""
+        r = run_check(ex, check, objs, timeout=None, salt=salt)
         results.append(r)
         if r.status in (TIMEOUT, CRASHED):
             stop = (r.status, f"not run: an earlier check of this exercise ended with {r.status}")
-    bridge.deadline = None
-    return ExerciseResult(ex.id, ex.points, results)
+    bridge.deadline, bridge.salt = None, ""
+    return results
+
+
+def run_in_phases(exercises: list[Exercise], bridge: Bridge, limits: Limits, course: Registry,
+                  salt: str) -> dict[str, ExerciseResult]:
+    """Every public check of every exercise, then every hidden one: a public check's message reaches the
+    student, so it runs before the student's code has been handed any hidden input (which could otherwise
+    come back inside that message). The notebook's replacements of the grader are looked for after each phase."""
+    public = {ex.id: run_exercise_checks(ex, bridge, limits, course, salt, ex.public_checks()) for ex in exercises}
+    bridge.probe()
+    results = {}
+    for ex in exercises:
+        hidden = [c for c in course.checks(ex) if c.hidden]
+        stopped = next(((r.status, f"not run: an earlier check of this exercise ended with {r.status}")
+                        for r in public[ex.id] if r.status in (TIMEOUT, CRASHED)), None)
+        done = {r.name: r for r in public[ex.id] + run_exercise_checks(ex, bridge, limits, course, salt, hidden,
+                                                                        stopped)}
+        results[ex.id] = ExerciseResult(ex.id, ex.points, [done[c.name] for c in course.checks(ex)])
+    bridge.probe(after_hidden=True)
+    return results
 
 
 def _grade(student: str, chapter: str, ex: Exercise, result: ExerciseResult, scratch: Path) -> ExerciseGrade:
@@ -139,29 +160,31 @@ def whole_notebook(student: str, chapter: str, status: str, message: str, course
 
 
 def _checks(student: str, chapter: str, exercises: list[Exercise], bridge: Bridge, sources: list[str],
-            numbers: list[int], limits: Limits, scratch: Path, course: Registry) -> list[ExerciseGrade]:
+            numbers: list[int], limits: Limits, scratch: Path, course: Registry, salt: str) -> list[ExerciseGrade]:
     """Every exercise's checks on the kernel that ran the notebook; a kernel that gave up gets one more life."""
     kernel = bridge.kernel
     if kernel.gave_up:
         kernel.revive()
     kinds = bridge.names(sorted({n for ex in exercises for n in ex.needs}))
-    grades = []
+    absent_grades: dict[str, ExerciseGrade] = {}
     for ex in exercises:
         absent = [n for n in ex.needs if kinds.get(n, "missing") == "missing"]
         if absent:
             why = "; ".join(filter(None, (_defining_cell(n, sources, numbers, kernel) for n in absent)))
             status = CRASHED if "kernel died" in why else MISSING
             message = f"the notebook defines no {', '.join(absent)}" + (f" ({why})" if why else "")
-            grades.append(ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status, _clean(message, scratch)))
-            continue
-        grades.append(_grade(student, chapter, ex, run_exercise_checks(ex, bridge, limits, course), scratch))
-    bridge.probe()
-    return grades
+            absent_grades[ex.id] = ExerciseGrade(student, chapter, ex.id, 0.0, ex.points, status,
+                                                 _clean(message, scratch))
+    graded = run_in_phases([ex for ex in exercises if ex.id not in absent_grades], bridge, limits, course, salt)
+    return [absent_grades[ex.id] if ex.id in absent_grades else _grade(student, chapter, ex, graded[ex.id], scratch)
+            for ex in exercises]
 
 
 def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch: Path,
-                   limits: Limits, course: Registry, isolation: Isolation | None = None) -> list[ExerciseGrade]:
-    """Grades for every exercise of `chapter` from the notebook at `path` (run in a copy of `folder`)."""
+                   limits: Limits, course: Registry, isolation: Isolation | None = None,
+                   salt: str = "") -> list[ExerciseGrade]:
+    """Grades for every exercise of `chapter` from the notebook at `path` (run in a copy of `folder`); the
+    hidden checks' inputs are drawn with the run's secret `salt`."""
     try:
         sources, numbers = read_cells(path)
     except InvalidNotebook as e:
@@ -171,12 +194,15 @@ def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch
     cwd = scratch_copy(folder, scratch)
     try:
         with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch) as bridge:
-            grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch, course)
+            grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch, course, salt)
             tampered_by_calls = set(bridge.tampered)
+            tampered_in_hidden = bridge.tampered_in_hidden
     except KernelDidNotStart as e:  # still a recorded status
         return whole_notebook(student, chapter, CRASHED, str(e), course)
     named = {t.split(" replaces ", 1)[1] for t in tampered}
     tampered += [f"the notebook replaced {name}" for name in sorted(tampered_by_calls - named)]
+    if tampered_in_hidden:
+        tampered.append("the notebook replaced the grader's objects while its hidden checks ran")
     if tampered:
         grades = [g if g.status == MISSING else _withheld(g, tampered, scratch) for g in grades]
     return grades
@@ -193,13 +219,13 @@ def _withheld(g: ExerciseGrade, tampered: list[str], scratch: Path) -> ExerciseG
 
 def grade(student: str, chapter: str, path: Path | None, folder: Path | None, scratch: Path, limits: Limits,
           course: Registry, source: str = "", fingerprint: str = "", missing_message: str = "",
-          isolation: Isolation | None = None) -> NotebookRecord:
+          isolation: Isolation | None = None, salt: str = "") -> NotebookRecord:
     """A NotebookRecord for one student and chapter, timed; never raises for anything the notebook does."""
     start = time.monotonic()
     if path is None or folder is None:
         grades = whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}", course)
     else:
-        grades = grade_notebook(student, chapter, path, folder, scratch, limits, course, isolation)
+        grades = grade_notebook(student, chapter, path, folder, scratch, limits, course, isolation, salt)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     how = isolation.describe() if isolation is not None and path is not None else ""
     return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades, when,

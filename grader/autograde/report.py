@@ -11,12 +11,14 @@ import html
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
+from grader.autograde.whattofix import CSS as FIX_CSS, anchor, what_to_fix
 from grader.chapters import NOTEBOOKS
 from grader.results import Status
 
@@ -54,6 +56,9 @@ code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.92em;ove
 .summary{margin:.35rem 0}
 ul.checks{list-style:none;margin:.35rem 0 0;padding:0}ul.checks li{padding:.15rem 0 .15rem 1.4rem;text-indent:-1.4rem;overflow-wrap:anywhere}
 .hidden{color:#57606a;font-style:italic}
+details.exercise summary{cursor:pointer;list-style:none}details.exercise summary::-webkit-details-marker{display:none}
+details.exercise summary h3::before{content:"▸";color:#57606a}details.exercise[open] summary h3::before{content:"▾"}
+details.exercise:not([open]){padding:.35rem .8rem}footer{margin-top:2rem}
 .ok{color:#1a7f37}.bad{color:#cf222e}.warn{color:#bc4c00}.muted{color:#6e7781}"""
 
 
@@ -110,9 +115,31 @@ def _num(x: float) -> str:
     return format(_round(x), "g")
 
 
+# A cell a spreadsheet would read as a formula (OWASP's CSV injection list); numbers stay numbers.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def spreadsheet_text(cell: object) -> object:
+    """`cell` as a spreadsheet shows it: text that would start a formula (a student folder named
+    `=HYPERLINK(...)`) gets a leading apostrophe, as OWASP recommends; numbers and other text are unchanged,
+    but for a carriage return, which Python's csv module would leave unquoted, splitting the row: a line feed."""
+    if not isinstance(cell, str):
+        return cell
+    if cell.startswith(FORMULA_START) and not _NUMBER.fullmatch(cell):
+        cell = "'" + cell
+    return cell.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def from_spreadsheet(text: str) -> str:
+    """The apostrophe undone, for names an instructor copies from our CSVs into overrides or submission times."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(FORMULA_START) else text
+
+
 def _csv(rows: Iterable[Sequence[object]]) -> str:
+    """Every CSV this grader writes goes through here, so no cell of any of them can become a formula."""
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(rows)
+    csv.writer(buf, lineterminator="\n").writerows([spreadsheet_text(c) for c in row] for row in rows)
     return buf.getvalue()
 
 
@@ -258,10 +285,13 @@ def _exercise_html(g: ExerciseGrade, number: int, adjust: Adjustments | None = N
     name = g.exercise.partition(".")[2] or g.exercise
     o = adjust.override(g) if adjust is not None else None
     score = g.score if o is None else o.score
-    parts = [f'<article class="exercise"><h3><span>Exercise {number} · <code>{e(name)}</code></span>'
+    done = g.status == Status.PASSED and score >= g.max_score  # collapsed: nothing to read unless one asks
+    tag = "details" if done else "article"
+    parts = [f'<{tag} class="exercise" id="{e(anchor(g))}">' + ("<summary>" if done else "")
+             + f'<h3><span>Exercise {number} · <code>{e(name)}</code></span>'
              f'<span class="badge {tone}">{e(_words(g.status))}</span>'
              + ('<span class="badge muted">Score set by your instructor</span>' if o is not None else "")
-             + f'<span class="points">{_num(score)} / {_num(g.max_score)}</span></h3>',
+             + f'<span class="points">{_num(score)} / {_num(g.max_score)}</span></h3>' + ("</summary>" if done else ""),
              *([f'<p class="summary warn">{e(_override_words(g, o.reason))}</p>'] if o is not None else []),
              f'<p class="summary">{e(summary(g))}</p>']
     if g.checks and g.status != Status.NOT_IMPLEMENTED:
@@ -273,12 +303,12 @@ def _exercise_html(g: ExerciseGrade, number: int, adjust: Adjustments | None = N
             msg = f': <span class="{ctone}">{e(c.message)}</span>' if c.status != Status.PASSED and c.message else ""
             items.append(f'<li><span class="{ctone}">{mark}</span> {e(c.description)}{hidden}{msg}</li>')
         parts.append(f'<ul class="checks">{"".join(items)}</ul>')
-    parts.append("</article>")
+    parts.append(f"</{tag}>")
     return "".join(parts)
 
 
 def feedback_html(student: str, records: Sequence[NotebookRecord], adjust: Adjustments | None = None) -> str:
-    """A self-contained page for the student (inline CSS, no scripts or links); every record text is escaped.
+    """A self-contained page for the student (inline CSS, no scripts, no links out); every record text is escaped.
 
     Written to be read once on any screen: words instead of identifiers, each exercise's checks once,
     which file was graded and when; an overridden exercise says the instructor's reason, a late chapter
@@ -293,9 +323,8 @@ def feedback_html(student: str, records: Sequence[NotebookRecord], adjust: Adjus
         total = sum(_adjusted_chapter(student, r, adjust)[1] for r in records)
     max_total = sum(g.max_score for r in records for g in r.grades)
     body = [f"<header><h1>Feedback for {e(student)}</h1>",
-            f'<p class="total">Total: <b>{_num(total)} of {_num(max_total)}</b> points</p>',
-            f'<p class="note">{e(SCORING_NOTE)} Hidden checks are extra tests run only when grading: '
-            f"they say whether they passed, never their inputs.</p></header>"]
+            f'<p class="total">Total: <b>{_num(total)} of {_num(max_total)}</b> points</p></header>',
+            what_to_fix(records, adjust)]
     if not records:
         body.append("<p>No notebooks were graded.</p>")
     for r in records:
@@ -314,9 +343,12 @@ def feedback_html(student: str, records: Sequence[NotebookRecord], adjust: Adjus
                      f"({_num(raw)} → {_num(score)} points).</p>")
         body += [f'<section><h2>{e(title(r.chapter))} — {_num(score)} / {_num(max_score)}</h2>', meta,
                  *(_exercise_html(g, i, adjust) for i, g in enumerate(r.grades, 1)), "</section>"]
+    body.append(f'<footer><p class="note">{e(SCORING_NOTE)} Hidden checks are extra tests run only when grading: '
+                "they say whether they passed, never their inputs. Passed exercises are folded: "
+                "open one to see its checks.</p></footer>")
     head = ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>Feedback for {e(student)}</title>\n<style>\n{_CSS}\n</style>\n</head>\n<body>\n")
+            f"<title>Feedback for {e(student)}</title>\n<style>\n{_CSS}\n{FIX_CSS}\n</style>\n</head>\n<body>\n")
     return head + "\n".join(body) + "\n</body>\n</html>\n"
 
 

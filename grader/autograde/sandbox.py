@@ -6,16 +6,23 @@ Two layers, chosen once per grading run (`--sandbox auto|on|off`):
   (no `hidden/`, `authoring/` or `autograde/`), compiled once per run, first on its `PYTHONPATH`. The
   hidden checks and references live only in the grading process; a notebook's `import grader.hidden`
   fails as it does on the student's own machine.
-* **The sandbox** (`bwrap`, Debian's `bubblewrap`: unprivileged user namespaces, so it works for an
-  instructor who is not root, and as root in a container). The kernel gets a new root holding a
-  read-only view of the system (`/usr`, the libraries, a few files of `/etc`), of the Python
-  installation and its packages (never a folder that holds the course's `grader` sources), the public
-  grader, one writable folder: the notebook's own (its copy of the student's folder, the chapter's
-  data, a fresh `$HOME`, the kernel's sockets and the bridge's files), and the GPU's device files where
-  there is a GPU (a notebook graded there runs on it, as the checks that count its GPUs expect). No `$HOME`
-  of the instructor, no course repository, no other submission, no network (a new network namespace with
-  only loopback), a private `/tmp`, a new PID namespace: when the kernel dies, everything it started dies
-  with it.
+* **The sandbox** (`bwrap`, Debian's `bubblewrap`). The kernel gets a new root holding a read-only view of
+  the system (`/usr`, the libraries, a few files of `/etc`, its own `/etc/passwd`), of the Python installation
+  and its packages (never a folder that holds the course's `grader` sources) and of the public grader, and
+  three size-limited in-memory folders it may write: its own folder (the notebook's files, the chapter's
+  data and a fresh `$HOME`, copied in from a read-only stage when it starts), `/tmp` and `/dev/shm`. The
+  only folder it shares with the grading process is the exchange folder (the kernel's sockets and the
+  bridge's files), which the grading process watches. No `$HOME` of the instructor, no course repository,
+  no other submission, no network (a new network namespace with only loopback), a new PID namespace (when
+  the kernel dies, everything it started dies with it), and the GPU's device files where there is a GPU.
+
+Who the kernel is. Started by root (Gradescope, CI, containers), bubblewrap makes no user namespace: the
+kernel keeps only the right to change its user, and launch.py uses it before any notebook code runs, to
+become a host uid of its own (HOST_UID_BASE + the grading worker's pid: no account, no files, no
+capabilities, its own process count). Started by an instructor who is not root, bubblewrap maps that
+instructor's uid to uid 1000 in a new user namespace, with no capabilities and no further namespaces. In
+both, a seccomp filter (confine.py) refuses mount, namespaces, ptrace, kernel keys, modules and BPF, and
+resource limits cap processes, file sizes and memory.
 
 Where bubblewrap cannot run (not installed, or namespaces refused, as in many Docker containers), the
 Gradescope autograder falls back to running the kernel as an unprivileged user (`kernel_user`) that
@@ -25,6 +32,7 @@ and says so in its output and in every student's record.
 from __future__ import annotations
 
 import compileall
+import ctypes.util
 import functools
 import os
 import pwd
@@ -35,12 +43,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.autograde import integrity
+
 MODES = ("auto", "on", "off")
 GRADER_DIR = Path(__file__).resolve().parents[1]
 LAUNCH = Path(__file__).with_name("launch.py")
+CONFINE = Path(__file__).with_name("confine.py")   # copied beside the launcher: it runs before any grader import
 PRIVATE_PACKAGES = ("hidden", "authoring", "autograde")  # grader/ subpackages that stay with the course staff
-# The files of /etc a Python kernel needs (dynamic linker, users, time zone, fonts, TLS roots): not the rest.
-ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd", "group", "nsswitch.conf",
+# The files of /etc a Python kernel needs (dynamic linker, time zone, fonts, TLS roots): not the rest. Its
+# passwd and group are the sandbox's own (stage_identity), naming no user of this machine.
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
        "hosts", "host.conf", "fonts", "ssl", "ca-certificates", "alternatives", "mime.types", "matplotlibrc")
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What the kernel's environment keeps of the grading process's (the rest, tokens included, stays outside): the
@@ -49,6 +61,12 @@ KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM",
             "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 # A GPU's device files (NVIDIA's; AMD's for a ROCm build of torch): the sandbox's own /dev has none of them.
 GPU_DEVICES = ("nvidia*", "kfd", "dri")
+SANDBOX_UID = 1000                # the kernel's uid and gid as an unprivileged bubblewrap maps them ("student")
+HOST_UID_BASE = 1_900_000_000     # as root: the kernel's host uid is this plus its grading worker's pid
+EXCHANGE = "grader"               # the one folder of the notebook's that the grading process reads and writes
+STAGE = "/grader-stage"           # where the sandbox sees the notebook's starting files, read-only
+# The kernel's file space (--disk) split between its folder, /tmp and /dev/shm: each an in-memory file system.
+SHARES = {"folder": 0.5, "/tmp": 0.25, "/dev/shm": 0.25}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -64,6 +82,8 @@ class Isolation:
     bwrap: str = "bwrap"
     user: str = ""              # with kind "user": the account the kernel runs as
     note: str = ""              # why there is no sandbox, when there is none: one line for the output and records
+    root: bool = False          # the grader runs as root: with bwrap, each kernel drops to a host uid of its own
+    seccomp: str = ""           # libseccomp, which the launcher loads to filter system calls ("" where there is none)
 
     @property
     def sandboxed(self) -> bool:
@@ -72,7 +92,7 @@ class Isolation:
     def describe(self) -> str:
         """One line for a student's record: how the kernel that graded the notebook was isolated."""
         if self.kind == "bwrap":
-            return "sandbox: bubblewrap (own files only, no network, no home folder)"
+            return "sandbox: bubblewrap (own files only, no network, no home folder, unprivileged user)"
         if self.kind == "user":
             return f"sandbox: unprivileged kernel user {self.user!r}"
         return f"no sandbox: {self.note}" if self.note else "no sandbox"
@@ -84,24 +104,44 @@ def bwrap_program() -> str:
 
 
 def bwrap_problem(bwrap: str | None = None) -> str:
-    """Why bubblewrap cannot sandbox a kernel on this machine, or "" when it can (tried for real, once)."""
+    """Why bubblewrap cannot sandbox a kernel on this machine, or "" when it can (tried for real, once, with the
+    options grading uses)."""
     bwrap = bwrap or bwrap_program()
-    return _bwrap_problem(shutil.which(bwrap) or bwrap)
+    return _bwrap_problem(shutil.which(bwrap) or bwrap, os.geteuid() == 0)
 
 
 @functools.lru_cache(maxsize=None)
-def _bwrap_problem(path: str) -> str:
+def _bwrap_problem(path: str, root: bool) -> str:
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
         return f"bubblewrap ({Path(path).name}) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    argv = [path, *_identity(root), "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(2**20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--perms", "0777",
+            "--size", str(2**20), "--tmpfs", "/tmp", "true"]
     try:
-        run = subprocess.run([path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
-                              "--dev", "/dev", "--tmpfs", "/tmp", "true"], capture_output=True, text=True, timeout=20)
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"bubblewrap could not start ({type(e).__name__}: {e})"
     if run.returncode != 0:
         why = " ".join(run.stderr.split())[:160] or f"exit status {run.returncode}"
+        if "Unknown option" in why:
+            return f"this bubblewrap is too old for grading ({why}; version 0.8 or newer is needed)"
         return f"bubblewrap cannot create namespaces here ({why})"
     return ""
+
+
+def _identity(root: bool) -> list[str]:
+    """The namespaces and rights of a sandbox. As root: no user namespace (one owned by root would let its
+    root remount the read-only views), every capability dropped but changing user, which launch.py uses and
+    loses at once. Otherwise: a user namespace mapping the grader's uid to SANDBOX_UID, none nested in it."""
+    spaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    if root:
+        return [*spaces, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return [*spaces, "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
+
+
+def seccomp_library() -> str:
+    """libseccomp's name for the kernel's launcher to load, "" where this machine has none (no syscall filter)."""
+    return ctypes.util.find_library("seccomp") or ""
 
 
 def build_public(folder: Path) -> Path:
@@ -110,6 +150,7 @@ def build_public(folder: Path) -> Path:
     package = folder / "grader"
     shutil.copytree(GRADER_DIR, package, ignore=_public_only)
     shutil.copy2(LAUNCH, folder / "launch.py")
+    shutil.copy2(CONFINE, folder / "confine.py")
     compileall.compile_dir(package, quiet=1, workers=1)  # kernels cannot write bytecode into a read-only view
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)  # readable by an unprivileged kernel user
@@ -128,10 +169,11 @@ def choose(mode: str, public: Path, bwrap: str | None = None, kernel_user: str =
     if mode not in MODES:
         raise ValueError(f"--sandbox must be one of {', '.join(MODES)}, not {mode!r}")
     bwrap = bwrap or bwrap_program()
-    base = dict(public=str(public), launch=str(public / "launch.py"), bwrap=bwrap)
+    root = os.geteuid() == 0
+    base = dict(public=str(public), launch=str(public / "launch.py"), bwrap=bwrap, seccomp=seccomp_library())
     problem = bwrap_problem(bwrap) if mode != "off" else "--sandbox off"
     if not problem:
-        return Isolation(kind="bwrap", **base)
+        return Isolation(kind="bwrap", root=root, **base)
     if mode == "on":
         raise SandboxUnavailable(f"--sandbox on, but {problem}")
     if kernel_user:
@@ -139,9 +181,16 @@ def choose(mode: str, public: Path, bwrap: str | None = None, kernel_user: str =
             pwd.getpwnam(kernel_user)
         except KeyError:
             raise SandboxUnavailable(f"no user {kernel_user!r} to run the kernels as") from None
-        if os.geteuid() != 0:
+        if not root:
             raise SandboxUnavailable(f"running kernels as {kernel_user!r} needs the grader to start as root")
-        return Isolation(kind="user", user=kernel_user, note=problem, **base)
+        entry = pwd.getpwnam(kernel_user)
+        open_to_it = integrity.Watch(integrity.start(), (str(GRADER_DIR), str(public))).writable_by(entry.pw_uid,
+                                                                                                   entry.pw_gid)
+        if open_to_it:
+            more = f" and {len(open_to_it) - 3} more" if len(open_to_it) > 3 else ""
+            raise SandboxUnavailable(f"the kernel user {kernel_user!r} could write {', '.join(open_to_it[:3])}{more}, "
+                                     "which the grading process runs: make them writable by root only")
+        return Isolation(kind="user", user=kernel_user, note=problem, root=root, **base)
     return Isolation(kind="none", note=f"{problem}; notebooks ran with this user's files and network", **base)
 
 
@@ -167,27 +216,71 @@ def gpu_devices(dev: Path = Path("/dev")) -> list[str]:
     return sorted(str(p) for pattern in GPU_DEVICES for p in dev.glob(pattern))
 
 
-def bwrap_argv(iso: Isolation, folder: Path, cwd: Path, devices: list[str] | None = None) -> list[str]:
-    """The bubblewrap command line that runs a kernel with `folder` (the notebook's own) as its only writable place,
-    and the GPU's `devices` (this machine's when None) usable in its otherwise minimal /dev."""
-    argv = [shutil.which(iso.bwrap) or iso.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"]
+def file_space(disk: int) -> dict[str, int]:
+    """Bytes of each in-memory file system a sandboxed kernel writes to, out of its `disk` budget."""
+    return {place: max(2**20, int(disk * share)) for place, share in SHARES.items()}
+
+
+def bwrap_argv(iso: Isolation, folder: Path, cwd: Path, devices: list[str] | None = None,
+               disk: int = 2**30) -> list[str]:
+    """The bubblewrap command line that runs a kernel with `folder` (the notebook's own) as a size-limited
+    in-memory folder holding a copy of its starting files (launch.py copies them from STAGE), its exchange
+    folder `folder/EXCHANGE` shared with the grading process, and the GPU's `devices` (this machine's when None)
+    usable in its otherwise minimal, read-only /dev. `cwd` is where the kernel starts (launch.py moves there)."""
+    space = file_space(disk)
+    argv = [shutil.which(iso.bwrap) or iso.bwrap, *_identity(iso.root), "--die-with-parent", "--new-session",
+            "--proc", "/proc", "--dev", "/dev", *_tmpfs("/dev/shm", space["/dev/shm"], "1777")]
     for device in gpu_devices() if devices is None else devices:
         argv += ["--dev-bind-try", device, device]
+    argv += ["--remount-ro", "/dev", *_tmpfs("/tmp", space["/tmp"], "1777"), "--ro-bind-try", "/sys", "/sys"]
+    made: set[str] = {"/", "/tmp", "/dev", "/sys", "/proc"}
     for top in SYSTEM:
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
+    made |= set(SYSTEM)
     for name in ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for name in ("passwd", "group"):
+        argv += ["--ro-bind", str(folder / "etc" / name), f"/etc/{name}"]
     for root in _python_roots():
-        argv += ["--ro-bind", str(root), str(root)]
+        argv += [*_parents(root, made), "--ro-bind", str(root), str(root)]
         shadow = root / "grader"
         if (shadow / "__init__.py").is_file():  # a non-editable install: its grader holds the hidden checks
             argv += ["--ro-bind", str(Path(iso.public) / "grader"), str(shadow)]
-    argv += ["--ro-bind", iso.public, iso.public, "--bind", str(folder), str(folder), "--chdir", str(cwd)]
+    argv += [*_parents(Path(iso.public), made), "--ro-bind", iso.public, iso.public, "--ro-bind", str(folder), STAGE,
+             *_parents(folder, made), *_tmpfs(str(folder), space["folder"], "0777"),
+             "--bind", str(folder / EXCHANGE), str(folder / EXCHANGE), "--remount-ro", "/", "--chdir", str(folder)]
     return argv
+
+
+def _tmpfs(where: str, size: int, mode: str) -> list[str]:
+    return ["--perms", mode, "--size", str(size), "--tmpfs", where]
+
+
+def _parents(path: Path, made: set[str]) -> list[str]:
+    """Folders above `path` made searchable by everyone (bubblewrap would make them 0700, closed to a kernel that
+    dropped root, where the machine keeps Python under /root), each made once."""
+    argv = []
+    for parent in reversed(path.parents):
+        if str(parent) not in made:
+            made.add(str(parent))
+            argv += ["--perms", "0755", "--dir", str(parent)]
+    return argv
+
+
+def stage_identity(folder: Path, uid: int) -> None:
+    """The sandbox's /etc/passwd and /etc/group: the kernel's own uid as "student", and root; no user of this
+    machine (their names and homes are none of a notebook's business)."""
+    etc = folder / "etc"
+    etc.mkdir(exist_ok=True)
+    (etc / "passwd").write_text(f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                                f"student:x:{uid}:{uid}:student:{folder / 'home'}:/bin/sh\n"
+                                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+    (etc / "group").write_text(f"root:x:0:\nstudent:x:{uid}:\nnogroup:x:65534:\n")
+    for path in (etc, etc / "passwd", etc / "group"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def kernel_env(iso: Isolation, inherited: dict[str, str], ours: dict[str, str], home: Path) -> dict[str, str]:
@@ -197,9 +290,13 @@ def kernel_env(iso: Isolation, inherited: dict[str, str], ours: dict[str, str], 
         env = {k: v for k, v in inherited.items() if k in KEEP_ENV}
         env.update(ours)
         env.update({"HOME": str(home), "TMPDIR": "/tmp", "GRADER_SANDBOX": iso.kind, "PYTHONNOUSERSITE": "1",
+                    "USER": "student", "LOGNAME": "student",
                     "MPLCONFIGDIR": str(home / ".config" / "matplotlib"), "XDG_CACHE_HOME": str(home / ".cache")})
     else:
         env = {**inherited, **ours}
+    env["IPYTHONDIR"] = str(home / ".ipython")  # never the instructor's profile (startup files run in every kernel)
+    if iso.seccomp:
+        env["GRADER_SECCOMP"] = iso.seccomp
     env["PYTHONPATH"] = iso.public
     env["GRADER_PUBLIC"] = "1"   # launch.py drops an editable install's finder for the course's grader
     return env
@@ -224,20 +321,31 @@ def _font_lists() -> tuple[Path, ...]:
 
 
 def own_folder(folder: Path, iso: Isolation) -> None:
-    """With a kernel user: hand the notebook's folder to that user (the kernel writes there, nowhere else)."""
-    if iso.kind != "user":
+    """With a kernel uid: hand `folder` to it (the kernel writes there, and in its in-memory folders, nowhere else)."""
+    ids = user_ids(iso)
+    if ids is None:
         return
-    entry = pwd.getpwnam(iso.user)
     for path in [folder, *folder.rglob("*")]:
-        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+        os.chown(path, *ids, follow_symlinks=False)
 
 
 def user_ids(iso: Isolation) -> tuple[int, int] | None:
-    """(uid, gid) the kernel drops to, with a kernel user."""
-    if iso.kind != "user":
-        return None
-    entry = pwd.getpwnam(iso.user)
-    return entry.pw_uid, entry.pw_gid
+    """(uid, gid) on this machine that the kernel drops to before any notebook code runs: the kernel user's, or,
+    sandboxed by root, one of its own (HOST_UID_BASE + this worker's pid: one kernel per worker at a time).
+    None when the kernel stays the grader's user (no sandbox, or an unprivileged bubblewrap's user namespace)."""
+    if iso.kind == "user":
+        entry = pwd.getpwnam(iso.user)
+        return entry.pw_uid, entry.pw_gid
+    if iso.kind == "bwrap" and iso.root:
+        uid = HOST_UID_BASE + os.getpid()
+        return uid, uid
+    return None
+
+
+def sandbox_uid(iso: Isolation) -> int:
+    """The kernel's uid as the kernel itself sees it (its /etc/passwd names it "student")."""
+    ids = user_ids(iso)
+    return ids[0] if ids is not None else SANDBOX_UID
 
 
 def public_tree(root: Path | None = None) -> Path:
