@@ -1,5 +1,5 @@
-"""`python -m grader <command>`: lab, test, grade, mfu, student, release, demo, execute, gradescope, gradescope-run,
-similarity, selfcheck."""
+"""`python -m grader <command>`: lab, test, grade, merge, mfu, student, release, demo, execute, gradescope,
+gradescope-run, similarity, selfcheck."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
                    "course authors"),
     "gradescope-run": ("grade one Gradescope submission (run by the autograder zip)", "grader.autograde.gradescope",
                        "instructors"),
+    "merge": ("join the OUT folders of a class graded in shards (grade --shard i/n) into one",
+              "grader.autograde.merge", "instructors"),
     "similarity": ("list pairs of students whose code for an exercise is similar (similarity.html)",
                    "grader.autograde.similarity_cli", "instructors"),
     "selfcheck": ("run your notebooks and show where each exercise stands", "grader.selfcheck", None),

@@ -190,7 +190,7 @@ def test_a_kernel_that_cannot_start_is_a_recorded_crash_for_every_exercise(tmp_p
     path = folder / "01_tensors.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
     grades = notebook.grade_notebook("jdoe", "01_tensors", path, folder, scratch,
-                                     Limits(cell_timeout=5, check_timeout=5, memory=GiB), registry.load(hidden=True))
+                                     Limits(cell_timeout=5, check_timeout=5, memory=GiB), registry.load(hidden=True)).grades
     assert grades and {g.status for g in grades} == {"crashed"}
     assert all("did not start: OSError: no more processes" in g.message for g in grades)
     assert len(folders) == 1 and not folders[0].exists()  # the bridge was closed and its folder removed

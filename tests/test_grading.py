@@ -186,6 +186,13 @@ def test_a_killed_run_resumes_to_the_same_outputs(tmp_path):
     assert {r["status"] for r in graded if r["student"] == "Ada Lovelace"} == {"passed"}
     half = len(hazards.EXERCISES) // 2  # the half-solved zip: its first half of the exercises solved, exactly
     assert chloe == ["passed"] * half + ["not_implemented"] * (len(hazards.EXERCISES) - half), chloe
+    # The demo's notebooks are generated ones: grading skipped their unchanged demonstration cells, and grading
+    # them with every cell gives the same grades (issue 29: what grading skips must change no grade).
+    cells = {json.loads(p.read_text(encoding="utf-8"))["cells"] for p in (reference / ".state").rglob("*.json")}
+    assert cells and all(c.startswith("skipped") and "demonstration cells" in c for c in cells), cells
+    whole = tmp_path / "whole"
+    assert grade(demo, whole, "--whole-notebooks", workers=1).returncode == 0
+    assert (whole / "grades.csv").read_bytes() == (reference / "grades.csv").read_bytes()
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "grader", *grade_args(demo, out, workers=1)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

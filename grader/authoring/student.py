@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from grader import demonstrations
 from grader.authoring.colab import setup_cell
 from grader.authoring.markers import MarkerError, find_forbidden, strip_code, strip_markdown
 
@@ -49,6 +50,7 @@ def student_notebook(nb: NotebookNode, path: Path | str = "<notebook>",
     new = copy.deepcopy(nb)
     new.cells = [student_cell(cell, _where(path, i, cell))
                  for i, cell in enumerate(nb.cells) if not _is_solution_only(cell)]
+    demonstrations.mark(new.cells)  # what grading may skip while the student leaves it unchanged
     if course_url:
         new.cells.insert(0, setup_cell(course_url))
     for key in VOLATILE_METADATA:

@@ -31,7 +31,7 @@ import torch
 from grader import scenario as scenarios_api
 from grader import wire
 from grader.autograde import kernel_side
-from grader.autograde.kernel import Limits, NotebookKernel, Outcome
+from grader.autograde.kernel import Ended, Limits, NotebookKernel, Outcome
 from grader.autograde.sandbox import Isolation
 from grader.autograde.tamper import PROTECTED
 from grader.expect import CheckFailure
@@ -189,9 +189,9 @@ class Bridge:
                 if reply is not None:
                     wire.measure(reply)
             except wire.TooLarge as e:
-                reply, outcome = None, Outcome("error", "TooLarge", str(e))
+                reply, outcome = None, Outcome(Ended.ERROR, "TooLarge", str(e))
             if reply is None and outcome.status == "ok":
-                outcome = Outcome("error", "BridgeError", "the kernel wrote no readable reply")
+                outcome = Outcome(Ended.ERROR, "BridgeError", "the kernel wrote no readable reply")
         for p in (req, resp):
             if p is not None:
                 self._unlink(p.name)
@@ -375,19 +375,25 @@ class KernelDidNotStart(RuntimeError):
 
 @contextmanager
 def grading_kernel(sources: list[str], cwd: Path, limits: Limits, *, isolation: Isolation | None = None,
-                   folder: Path | None = None) -> Iterator[Bridge]:
-    """A kernel that has run the notebook's cells once, with the bridge installed after every (re)start.
+                   folder: Path | None = None, phases: dict[str, float] | None = None) -> Iterator[Bridge]:
+    """A kernel that has run the notebook's cells once, with the bridge installed after every (re)start; the
+    seconds its start and its cells took are added to `phases`.
 
     Everything it started is ended on the way out, whatever the body raised."""
+    phases = phases if phases is not None else {}
     bridge: Bridge | None = None
     kernel = NotebookKernel(sources, cwd, limits, setup=lambda k: bridge.setup(), isolation=isolation, folder=folder)
     bridge = Bridge(kernel)
     try:
+        started = time.monotonic()
         try:
             kernel.start()
         except Exception as e:
             raise KernelDidNotStart(f"the grading kernel did not start: {type(e).__name__}: {e}") from e
+        ran = time.monotonic()
         kernel.run_cells()
+        phases["start"] = phases.get("start", 0.0) + ran - started
+        phases["cells"] = phases.get("cells", 0.0) + time.monotonic() - ran
         yield bridge
     finally:
         kernel.close()

@@ -146,6 +146,11 @@ def _run_section(figures: dict) -> list[str]:
     if run["isolation"]:
         body.append("<p>Records by isolation:</p><ul>" + "".join(
             f"<li>{count} · {e(how)}</li>" for how, count in run["isolation"].items()) + "</ul>")
+    body.append(f'<p>Notebooks graded without their unchanged demonstration cells: '
+                f'{run.get("demonstrations_skipped", 0)} of {run["notebooks_graded"]}.</p>')
+    again = run.get("graded_again_with_every_cell") or []
+    if again:
+        body.append("<p>Graded again with every cell:</p><ul>" + "".join(f"<li>{e(a)}</li>" for a in again) + "</ul>")
     body.append("<p>Skipped or noted:</p><ul>" + "".join(f"<li>{e(n)}</li>" for n in run["notes"]) + "</ul>"
                 if run["notes"] else "<p>Nothing was skipped.</p>")
     body.append("</section>")

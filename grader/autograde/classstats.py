@@ -151,6 +151,9 @@ def _run_figures(records: list[NotebookRecord], notes: Sequence[str], sandbox: s
         "graded_from": when[0] if when else "", "graded_to": when[-1] if when else "",
         "sandbox": sandbox,
         "isolation": dict(sorted(isolation.items())),
+        "demonstrations_skipped": sum(r.cells.startswith("skipped") for r in graded),
+        "graded_again_with_every_cell": sorted(f"{r.student}/{r.chapter}: {r.cells.split(': ', 1)[-1]}"
+                                               for r in graded if r.cells.startswith("graded again")),
         "notes": list(notes),
     }
 

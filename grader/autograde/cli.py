@@ -9,7 +9,7 @@ from rich.console import Console
 
 from grader.autograde import adjust, integrity, regrade
 from grader.autograde.canvas import is_download_zip
-from grader.autograde.cohort import Summary, default_workers, grade_cohort
+from grader.autograde.cohort import Shard, Summary, default_workers, grade_cohort
 from grader.autograde.kernel import GiB, Limits
 from grader.autograde.sandbox import MODES, SandboxUnavailable
 
@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: a quarter)")
     parser.add_argument("--processes", type=int, default=d.processes,
                         help=f"processes and threads a kernel and all it starts may have at once ({d.processes})")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="grade only the I-th of N shards of the class (a stable share of the students; needs "
+                             "--seed); join the shards' OUT folders with `python -m grader merge`")
+    parser.add_argument("--whole-notebooks", action="store_true",
+                        help="run every cell, the chapter's unchanged demonstration cells too (slower; the same grades)")
     parser.add_argument("--seed", default=None,
                         help="the secret the hidden checks draw their inputs with, to replay a run (default: the "
                              "one OUT/.state/seed recorded, else a new one)")
@@ -85,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                     threads=max(1, default_workers() // workers), disk=args.disk, processes=max(16, args.processes))
     chapters = [c.strip() for c in args.chapters.split(",")] if args.chapters else None
     try:
+        shard = Shard.parse(args.shard) if args.shard else None
         summary = grade_cohort(submissions, args.out, workers, limits, chapters, console, args.sandbox,
-                               args.kernel_user, options, selection, args.seed)
+                               args.kernel_user, options, selection, args.seed, args.whole_notebooks, shard)
     except (ValueError, SandboxUnavailable) as e:
         console.print(f"[red]grading could not run:[/] {e}", soft_wrap=True)
         return 2

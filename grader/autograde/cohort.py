@@ -104,14 +104,15 @@ def plan(subs: list[Submission], chapters: list[str], base: str) -> list[Task]:
     return tasks
 
 
-def _state_path(out: Path, student: str, chapter: str) -> Path:
+def state_path(out: Path, student: str, chapter: str) -> Path:
+    """Where a notebook's record is kept: OUT/.state/<student>/<chapter>.json."""
     return report.student_dir(out / ".state", student) / f"{chapter}.json"
 
 
 def _load(out: Path, task: Task) -> NotebookRecord | None:
     """The task's record in OUT/.state, whatever it was graded with (None when there is none to read)."""
     try:
-        data = json.loads(_state_path(out, task.student, task.chapter).read_text(encoding="utf-8"))
+        data = json.loads(state_path(out, task.student, task.chapter).read_text(encoding="utf-8"))
         record = NotebookRecord.from_dict(data)
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -125,11 +126,12 @@ def _reuse(out: Path, task: Task) -> NotebookRecord | None:
 
 @dataclass(frozen=True)
 class Guard:
-    """What every worker of one run shares: the secret its hidden checks draw their inputs with, and where its
-    tripwire (integrity.Watch) starts from."""
+    """What every worker of one run shares: the secret its hidden checks draw their inputs with, where its
+    tripwire (integrity.Watch) starts from, and whether every cell runs (`--whole-notebooks`)."""
     salt: str
     since: int
     trees: tuple[str, ...]
+    whole: bool = False
 
 
 SEED_FILE = "seed"  # OUT/.state/seed: the run's secret, for the instructor to replay it (--seed)
@@ -191,7 +193,8 @@ def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | N
     course = registry.load(hidden=True)
     try:
         record = grade(task.student, task.chapter, task.path, task.folder, scratch, limits, course, task.source,
-                       task.fingerprint, task.message, isolation, guard.salt if guard is not None else "")
+                       task.fingerprint, task.message, isolation, guard.salt if guard is not None else "",
+                       guard.whole if guard is not None else False)
     except BaseException as e:  # a bug in the grader must cost one notebook, not the class
         record = NotebookRecord(task.student, task.chapter, task.source, "", 0.0, whole_notebook(
             task.student, task.chapter, CRASHED, f"the grader itself failed on this notebook: {type(e).__name__}: {e}",
@@ -203,95 +206,179 @@ def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | N
     return record
 
 
-def _instant(task: Task, course: Registry) -> NotebookRecord:
-    """Missing and unreadable submissions need no kernel."""
+def unread_record(task: Task, course: Registry) -> NotebookRecord:
+    """The record of a missing or unreadable submission: it needs no kernel (also made by merge.py)."""
     status = task.status or Status.MISSING
     return NotebookRecord(task.student, task.chapter, task.source, task.fingerprint, 0.0,
                           whole_notebook(task.student, task.chapter, status, task.message, course))
 
 
+@dataclass(frozen=True)
+class Shard:
+    """`--shard i/n`: this run grades the students whose name hashes to i (of n); the other shards grade the rest
+    and `python -m grader merge` joins them (merge.py)."""
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Shard":
+        """From `i/n`, 1 <= i <= n; ValueError says what is wrong."""
+        i, _, n = text.partition("/")
+        try:
+            shard = cls(int(i), int(n))
+        except ValueError:
+            raise ValueError(f"--shard must be i/n, e.g. 2/8, not {text!r}") from None
+        if not 1 <= shard.index <= shard.count:
+            raise ValueError(f"--shard {text}: i must be between 1 and n")
+        return shard
+
+    def holds(self, student: str) -> bool:
+        """Whether this shard grades `student`: a stable hash of the name, the same on every machine."""
+        digest = int.from_bytes(hashlib.sha256(student.encode("utf-8")).digest()[:8], "big")
+        return digest % self.count == self.index - 1
+
+
+SHARD_FILE = "shard.json"  # OUT/.state/shard.json: what a shard graded, for merge
+
+
+@dataclass
+class Plan:
+    """One run, decided before any notebook is graded: the class, the chapters, what to grade and what to keep."""
+    students: list[str]              # the students this run writes (a shard's, else the class)
+    everyone: list[str]              # the whole class, in the order collected
+    chapters: list[str]
+    adjust: object                   # adjust.Adjustments | None
+    records: dict[tuple[str, str], NotebookRecord]
+    pending: list[Task]
+    reused: int
+    previous: dict[tuple[str, str], NotebookRecord | None]
+    salt: str
+    warnings: list[str]
+
+
+def _plan(found, out: Path, course: Registry, options: Options, chapters: list[str] | None,
+          selection: Selection | None, shard: Shard | None, seed: str | None, base: str) -> Plan:
+    """Everything this run will do; ValueError (an unknown name, a bad instructor file) before any output."""
+    subs, warnings = found.submissions, list(found.warnings)
+    chosen = graded_chapters(subs, chapters, course)  # from the whole class, so every shard grades the same chapters
+    everyone = [s.student for s in subs]
+    if selection is not None:
+        selection.check(everyone, chosen, course)
+        warnings.append(selection.describe())
+    adjust, notes = prepare(options, found, chosen, out, course)  # overrides, late work, canvas.csv
+    warnings.extend(notes)
+    if shard is not None:
+        if seed is None:
+            raise ValueError("--shard needs --seed: every shard of a class must draw the same hidden inputs")
+        warnings.append(f"shard {shard.index}/{shard.count}: join the shards' OUT folders with `python -m grader merge`")
+    salt = run_seed(out, seed)
+    mine = [s for s in subs if shard is None or shard.holds(s.student)]
+    run = Plan([s.student for s in mine], everyone, chosen, adjust, {}, [], 0, {}, salt, warnings)
+    for task in plan(mine, chosen, base + ":" + salt):
+        if task.path is None:
+            run.records[(task.student, task.chapter)] = unread_record(task, course)
+        elif (old := _reuse(out, task) if selection is None else
+              selection.keep(task.student, task.chapter, _load(out, task), course, run.previous)) is not None:
+            run.records[(task.student, task.chapter)] = old
+            run.reused += 1
+        else:
+            run.pending.append(task)
+    # Biggest notebooks first (more solved, more to run): the last worker to finish waits least.
+    run.pending.sort(key=lambda t: -t.path.stat().st_size if t.path else 0)
+    if shard is not None:
+        report.write_atomic(out / ".state" / SHARD_FILE, json.dumps(
+            {"shard": [shard.index, shard.count], "class": everyone, "chapters": chosen, "seed": salt},
+            ensure_ascii=False, indent=1) + "\n")
+    return run
+
+
+class Writer:
+    """Writes what grading produces as it comes: each record at once (a killed run resumes from them), a student's
+    files when the student is complete, the class's files after every student and once at the end."""
+
+    def __init__(self, out: Path, run: Plan, summary: Summary, selection: Selection | None) -> None:
+        self.out, self.run, self.summary, self.selection = out, run, summary, selection
+        self.left = {s: sum(1 for t in run.pending if t.student == s) for s in run.students}
+
+    def complete(self) -> list[str]:
+        """The students with nothing to grade (their files are written now)."""
+        done = [s for s in self.run.students if self.left[s] == 0]
+        for s in done:
+            self._student(s)
+        return done
+
+    def record(self, record: NotebookRecord) -> bool:
+        """Keep one graded notebook's record; True when its student is now complete."""
+        if self.selection is not None:
+            record = self.selection.merge(self.run.previous.get((record.student, record.chapter)), record)
+        self.run.records[(record.student, record.chapter)] = record
+        report.write_atomic(state_path(self.out, record.student, record.chapter),
+                            json.dumps(record.to_dict(), ensure_ascii=False, indent=1, sort_keys=True) + "\n")
+        self.summary.notebooks += 1
+        self.left[record.student] -= 1
+        if self.left[record.student] == 0:
+            self._student(record.student)
+            return True
+        return False
+
+    def _student(self, student: str) -> None:
+        mine = [r for (s, _), r in self.run.records.items() if s == student]
+        self.summary.written.update(report.write_student(self.out, student, mine, self.run.adjust))
+        if self.selection is None:  # a regrade writes the class's files once, at the end
+            self._class()
+
+    def _class(self) -> None:
+        self.summary.written.update(report.write_cohort(self.out, self.run.records.values(), self.run.students,
+                                                        self.run.chapters, self.run.adjust))
+
+    def finish(self) -> None:
+        """The class's files, written once more at the end (also when there were no students)."""
+        self._class()
+        self.summary.written.update(write_class_report(self.out, self.run.records.values(), self.run.students,
+                                                       self.run.chapters, self.run.adjust, self.summary.warnings,
+                                                       self.summary.sandbox))
+
+
+_COLUMNS = (TextColumn("[bold]grading"), BarColumn(bar_width=10), TextColumn("{task.completed}/{task.total} students"),
+            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[current]}"))
+
+
 def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, chapters: list[str] | None = None,
                  console: Console | None = None, sandbox: str = "auto", kernel_user: str = "",
                  options: Options | None = None, selection: Selection | None = None,
-                 seed: str | None = None) -> Summary:
+                 seed: str | None = None, whole: bool = False, shard: Shard | None = None) -> Summary:
     """Grade every submission under `submissions` into `out`; returns what was done.
     `sandbox` (auto, on, off) and `kernel_user`: see sandbox.choose; "on" raises SandboxUnavailable where it cannot.
     `seed`: the secret the hidden checks draw their inputs with (run_seed); integrity.Changed stops the run.
-    `selection`: regrade only those students or exercises, keeping every other record (regrade.py)."""
+    `whole`: run every cell, the unchanged demonstrations too (grader/demonstrations.py).
+    `selection`: regrade only those students or exercises, keeping every other record (regrade.py).
+    `shard`: grade only this shard's students (merge.py joins the shards)."""
     course = registry.load(hidden=True)
     start = time.monotonic()
     console = console or Console(stderr=True)
+    options = options or Options()
     with tempfile.TemporaryDirectory(prefix="grader-") as scratch_root:
         os.chmod(scratch_root, 0o711)  # a kernel user reaches its own notebook's folder in here, nothing else
         public = public_tree(Path(scratch_root))
         isolation = choose(sandbox, public, kernel_user=kernel_user)
-        options = options or Options()
         found = collect_submissions(submissions, Path(scratch_root) / "zips", options.canvas)  # folders, zips or Canvas's
-        subs, warnings = found.submissions, found.warnings
         if (Path(scratch_root) / "zips").is_dir():
             os.chmod(Path(scratch_root) / "zips", 0o700)  # other students' unpacked zips: never a kernel user's
-        chosen = graded_chapters(subs, chapters, course)
-        if selection is not None:  # unknown names stop the run here, before any output
-            selection.check([s.student for s in subs], chosen, course)
-            warnings.append(selection.describe())
-        adjust, notes = prepare(options, found, chosen, out, course)  # overrides, late work, canvas.csv: checked before any output
-        warnings.extend(notes)
-        salt = run_seed(out, seed)
-        guard = Guard(salt, integrity.start(), (str(GRADER_DIR), str(public)))
-        base = grader_fingerprint(limits) + ":" + isolation.kind + ":" + salt
-        tasks = plan(subs, chosen, base)
-        students = [s.student for s in subs]
-        summary = Summary(students=len(students), warnings=warnings, sandbox=isolation.describe())
-        records: dict[tuple[str, str], NotebookRecord] = {}
-        pending: list[Task] = []
-        previous: dict[tuple[str, str], NotebookRecord | None] = {}  # what a selected notebook's record was
-        for task in tasks:
-            if task.path is None:
-                records[(task.student, task.chapter)] = _instant(task, course)
-            elif (old := _reuse(out, task) if selection is None else
-                  selection.keep(task.student, task.chapter, _load(out, task), course, previous)) is not None:
-                records[(task.student, task.chapter)] = old
-                summary.reused += 1
-            else:
-                pending.append(task)
-        left = {s: sum(1 for t in pending if t.student == s) for s in students}
-        # Biggest notebooks first (more solved, more to run): the last worker to finish waits least.
-        pending.sort(key=lambda t: -t.path.stat().st_size if t.path else 0)
-
-        def finish(record: NotebookRecord) -> None:
-            if selection is not None:
-                record = selection.merge(previous.get((record.student, record.chapter)), record)
-            records[(record.student, record.chapter)] = record
-            report.write_atomic(_state_path(out, record.student, record.chapter),
-                                json.dumps(record.to_dict(), ensure_ascii=False, indent=1, sort_keys=True) + "\n")
-
-        def student_done(student: str) -> None:
-            mine = [r for (s, _), r in records.items() if s == student]
-            summary.written.update(report.write_student(out, student, mine, adjust))
-            if selection is None:  # a regrade writes the class's files once, at the end
-                summary.written.update(report.write_cohort(out, records.values(), students, chosen, adjust))
-
-        for s in students:  # students with nothing to run are complete already
-            if left[s] == 0:
-                student_done(s)
-        columns = (TextColumn("[bold]grading"), BarColumn(bar_width=10),
-                   TextColumn("{task.completed}/{task.total} students"), TimeElapsedColumn(), TextColumn("left"),
-                   TimeRemainingColumn(), TextColumn("{task.fields[current]}"))
-        pool = _pool(workers, start_method()) if pending else None
-        with Progress(*columns, console=console, transient=False) as progress:
-            bar = progress.add_task("grading", total=len(students), completed=sum(left[s] == 0 for s in students),
-                                    current="")
-            for record in _execute(pending, pool, workers, limits, scratch_root, isolation, course,
+        base = grader_fingerprint(limits) + ":" + isolation.kind + (":whole" if whole else "")
+        run = _plan(found, out, course, options, chapters, selection, shard, seed, base)
+        guard = Guard(run.salt, integrity.start(), (str(GRADER_DIR), str(public)), whole)
+        summary = Summary(students=len(run.students), warnings=run.warnings, sandbox=isolation.describe(),
+                          reused=run.reused)
+        writer = Writer(out, run, summary, selection)
+        done = writer.complete()
+        pool = _pool(workers, start_method()) if run.pending else None
+        with Progress(*_COLUMNS, console=console, transient=False) as progress:
+            bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")
+            for record in _execute(run.pending, pool, workers, limits, scratch_root, isolation, course,
                                    lambda running: progress.update(bar, current=_short(running)), guard):
-                finish(record)
-                summary.notebooks += 1
-                left[record.student] -= 1
-                if left[record.student] == 0:
-                    student_done(record.student)
+                if writer.record(record):
                     progress.advance(bar)
-        summary.written.update(report.write_cohort(out, records.values(), students, chosen, adjust))  # also with no students
-        summary.written.update(write_class_report(out, records.values(), students, chosen, adjust, summary.warnings,
-                                                  summary.sandbox))
+        writer.finish()
     summary.seconds = round(time.monotonic() - start, 1)
     return summary
 

@@ -10,15 +10,16 @@ import json
 import re
 import shutil
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
 
-from grader import chapters
+from grader import chapters, demonstrations
 from grader.autograde import tamper
 from grader.autograde.bridge import Bridge, KernelDidNotStart, RemoteFunction, grading_kernel
-from grader.autograde.kernel import Limits, NotebookKernel, Outcome
+from grader.autograde.kernel import Ended, Limits, NotebookKernel, Outcome
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
 from grader.autograde.sandbox import Isolation
 from grader.registry import Check, Exercise, Registry
@@ -33,8 +34,25 @@ class InvalidNotebook(Exception):
     """The file is not a notebook the grader can read; the message says why, in one line."""
 
 
-def read_cells(path: Path) -> tuple[list[str], list[int]]:
-    """The code cells' sources and their positions (from 1, as Jupyter counts), from any nbformat version."""
+@dataclass(frozen=True)
+class Cells:
+    """A notebook's non-empty code cells: their sources, their positions (from 1, as Jupyter counts) and which
+    of them are unchanged demonstrations (grader/demonstrations.py) that grading may skip."""
+    sources: list[str]
+    numbers: list[int]
+    skippable: list[bool]
+
+    def without_demonstrations(self) -> "Cells":
+        """The cells grading runs by default: every cell but the unchanged demonstrations."""
+        keep = [i for i, skip in enumerate(self.skippable) if not skip]
+        return Cells([self.sources[i] for i in keep], [self.numbers[i] for i in keep], [False] * len(keep))
+
+    def skipped(self) -> list[str]:
+        return [s for s, skip in zip(self.sources, self.skippable) if skip]
+
+
+def read_cells(path: Path) -> Cells:
+    """The code cells, from any nbformat version; InvalidNotebook says why a file is not one."""
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -51,7 +69,7 @@ def read_cells(path: Path) -> tuple[list[str], list[int]]:
         cells = list(nb.cells)
     except Exception as e:
         raise InvalidNotebook(f"JSON, but not a Jupyter notebook ({type(e).__name__}: {str(e)[:120]})") from None
-    sources, numbers = [], []
+    sources, numbers, skippable = [], [], []
     for n, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
@@ -60,7 +78,8 @@ def read_cells(path: Path) -> tuple[list[str], list[int]]:
         if source.strip():
             sources.append(source)
             numbers.append(n)
-    return sources, numbers
+            skippable.append(demonstrations.is_marked(cell))
+    return Cells(sources, numbers, skippable)
 
 
 def scratch_copy(folder: Path, scratch: Path) -> Path:
@@ -86,7 +105,7 @@ def _defining_cell(name: str, sources: list[str], numbers: list[int], kernel: No
     pattern = re.compile(rf"^\s*(def\s+{re.escape(name)}\b|{re.escape(name)}\s*=)", re.M)
     for i, source in enumerate(sources):
         if pattern.search(source):
-            out = kernel.outcomes.get(i, Outcome("skipped"))
+            out = kernel.outcomes.get(i, Outcome(Ended.SKIPPED))
             if out.status == "error":
                 return f"cell {numbers[i]} raised {out.ename}: {out.evalue}"
             if out.status == "dead":
@@ -147,7 +166,7 @@ def run_in_phases(exercises: list[Exercise], bridge: Bridge, limits: Limits, cou
 
 
 def _grade(student: str, chapter: str, ex: Exercise, result: ExerciseResult, scratch: Path) -> ExerciseGrade:
-    checks = [CheckRecord(c.name, c.description, c.status, _clean(c.shown_message(), scratch), c.hidden)
+    checks = [CheckRecord(c.name, c.description, c.status, _clean(c.shown_message(), scratch), c.hidden, c.seconds)
               for c in result.checks]
     return ExerciseGrade(student, chapter, ex.id, result.score, ex.points, result.status,
                          _clean(result.message, scratch), checks)
@@ -180,21 +199,70 @@ def _checks(student: str, chapter: str, exercises: list[Exercise], bridge: Bridg
             for ex in exercises]
 
 
+@dataclass
+class Graded:
+    """One notebook's grades, and how its cells were run: `note` says what was skipped, or why it was graded
+    again with every cell; `phases` the seconds spent starting kernels, running cells and running checks."""
+    grades: list[ExerciseGrade]
+    note: str = ""
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
+
+
+def needs_every_cell(grades: list[ExerciseGrade], cells: Cells) -> str:
+    """Why grades got without the demonstrations cannot stand ("" when they can): an exercise missing, or a
+    check failing on a name that only a skipped cell defines."""
+    skipped = "\n".join(cells.skipped())
+    for g in grades:
+        texts = [g.message] + [c.message for c in g.checks]
+        if g.status == MISSING:
+            return f"{g.exercise} is missing"
+        for name in (n for t in texts for n in _UNDEFINED.findall(t)):
+            if re.search(rf"\b{re.escape(name)}\b", skipped):
+                return f"{g.exercise} needs {name}, which only a skipped cell defines"
+    return ""
+
+
 def grade_notebook(student: str, chapter: str, path: Path, folder: Path, scratch: Path,
                    limits: Limits, course: Registry, isolation: Isolation | None = None,
-                   salt: str = "") -> list[ExerciseGrade]:
+                   salt: str = "", whole: bool = False) -> Graded:
     """Grades for every exercise of `chapter` from the notebook at `path` (run in a copy of `folder`); the
-    hidden checks' inputs are drawn with the run's secret `salt`."""
+    hidden checks' inputs are drawn with the run's secret `salt`. Unchanged demonstration cells are skipped
+    unless `whole`; if that leaves an exercise ungradable, the notebook is graded again with every cell."""
     try:
-        sources, numbers = read_cells(path)
+        cells = read_cells(path)
     except InvalidNotebook as e:
-        return whole_notebook(student, chapter, INVALID, f"{path.name} is {e}", course)
+        return Graded(whole_notebook(student, chapter, INVALID, f"{path.name} is {e}", course))
+    skipping = not whole and any(cells.skippable)
+    phases: dict[str, float] = {}
+    grades = _grade_cells(student, chapter, cells.without_demonstrations() if skipping else cells, folder,
+                          scratch / "run", limits, course, isolation, salt, phases)
+    if not skipping:
+        return Graded(grades, phases=phases)
+    why = needs_every_cell(grades, cells)
+    if not why:
+        return Graded(grades, f"skipped {sum(cells.skippable)} unchanged demonstration cells", phases)
+    grades = _grade_cells(student, chapter, cells, folder, scratch / "again", limits, course, isolation, salt, phases)
+    return Graded(grades, f"graded again with every cell: {why}", phases)
+
+
+def _grade_cells(student: str, chapter: str, cells: Cells, folder: Path, scratch: Path, limits: Limits,
+                 course: Registry, isolation: Isolation | None, salt: str,
+                 phases: dict[str, float]) -> list[ExerciseGrade]:
+    """One kernel runs `cells` and every check; tampering found on the way withholds the scores."""
+    sources, numbers = cells.sources, cells.numbers
     exercises = course.of(chapters.key(chapter))
     tampered = tamper.scan(sources, numbers)
+    scratch.mkdir(parents=True, exist_ok=True)
+    scratch.parent.chmod(scratch.parent.stat().st_mode | 0o011)  # a kernel user passes through to its own folder
     cwd = scratch_copy(folder, scratch)
     try:
-        with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch) as bridge:
+        with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch, phases=phases) as bridge:
+            checking = time.monotonic()
             grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch, course, salt)
+            phases["checks"] = phases.get("checks", 0.0) + time.monotonic() - checking
             tampered_by_calls = set(bridge.tampered)
             tampered_in_hidden = bridge.tampered_in_hidden
     except KernelDidNotStart as e:  # still a recorded status
@@ -219,14 +287,15 @@ def _withheld(g: ExerciseGrade, tampered: list[str], scratch: Path) -> ExerciseG
 
 def grade(student: str, chapter: str, path: Path | None, folder: Path | None, scratch: Path, limits: Limits,
           course: Registry, source: str = "", fingerprint: str = "", missing_message: str = "",
-          isolation: Isolation | None = None, salt: str = "") -> NotebookRecord:
+          isolation: Isolation | None = None, salt: str = "", whole: bool = False) -> NotebookRecord:
     """A NotebookRecord for one student and chapter, timed; never raises for anything the notebook does."""
     start = time.monotonic()
     if path is None or folder is None:
-        grades = whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}", course)
+        graded = Graded(whole_notebook(student, chapter, MISSING, missing_message or f"no notebook for {chapter}",
+                                       course))
     else:
-        grades = grade_notebook(student, chapter, path, folder, scratch, limits, course, isolation, salt)
+        graded = grade_notebook(student, chapter, path, folder, scratch, limits, course, isolation, salt, whole)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     how = isolation.describe() if isolation is not None and path is not None else ""
-    return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), grades, when,
-                          how)
+    return NotebookRecord(student, chapter, source, fingerprint, round(time.monotonic() - start, 1), graded.grades,
+                          when, how, graded.note, {k: round(v, 2) for k, v in graded.phases.items()})

@@ -15,6 +15,7 @@ class CheckRecord:
     status: str           # a grader.results.Status identifier
     message: str          # for a hidden check only the short pass/fail summary (CheckResult.shown_message)
     hidden: bool
+    seconds: float = 0.0  # how long the check took (grading's own record: where a notebook's time goes)
 
 
 @dataclass
@@ -47,6 +48,8 @@ class NotebookRecord:
     grades: list[ExerciseGrade] = field(default_factory=list)  # every exercise of the chapter, in its order
     graded_at: str = ""   # when it was graded, "2026-11-22 11:20 UTC" (kept with the record when a re-run reuses it)
     sandbox: str = ""     # how its kernel was isolated ("sandbox: bubblewrap ...", or "no sandbox: why")
+    cells: str = ""       # which cells ran: "skipped 12 unchanged demonstration cells", or why every cell ran again
+    phases: dict[str, float] = field(default_factory=dict)  # seconds starting kernels, running cells, running checks
 
     def to_dict(self) -> dict:
         return asdict(self)

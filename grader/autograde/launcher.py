@@ -1,0 +1,115 @@
+"""How a grading kernel is started: its environment, its folders, and the command line (the course's Python with
+the grading launcher, inside the sandbox when there is one), whatever kernel the notebook's metadata names."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import AsyncKernelManager
+
+from grader.autograde import sandbox
+from grader.autograde.diskwatch import EXCHANGE_BYTES, EXCHANGE_ENTRIES, FOLDER_ENTRIES
+from grader.autograde.sandbox import Isolation
+
+_LAUNCH = str(Path(__file__).with_name("launch.py"))  # by path: see launch.py
+
+
+class GradingKernelManager(AsyncKernelManager):
+    """Always the course's interpreter with the grading launcher, never the kernel a notebook asks for (inside
+    the sandbox's command line when there is one)."""
+
+    launch_argv: list[str] = [sys.executable, _LAUNCH]
+    owner: tuple[int, int] | None = None   # a kernel user must be able to read its connection file
+
+    @property
+    def kernel_spec(self) -> KernelSpec:  # type: ignore[override]
+        return KernelSpec(argv=[*self.launch_argv, "-f", "{connection_file}"],
+                          display_name="grading", language="python", metadata={})
+
+    def write_connection_file(self, **kwargs: Any) -> None:  # noqa: D102
+        super().write_connection_file(**kwargs)
+        if self.owner is not None:
+            os.chown(self.connection_file, *self.owner)
+
+
+class Launcher:
+    """Everything a start of one notebook's kernel needs, made anew for each (re)start where it must be."""
+
+    def __init__(self, limits: Any, isolation: Isolation | None, folder: Path, cwd: Path, token: str) -> None:
+        self.limits, self.isolation, self.folder, self.cwd, self.token = limits, isolation, folder, cwd, token
+        self.home = folder / "home"
+        self.ipc = ""
+        self._prepared = False
+
+    def env(self) -> dict[str, str]:
+        n = str(self.limits.threads)
+        ours = {
+            "CUDA_VISIBLE_DEVICES": "",        # grades must not depend on the grading machine having a GPU
+            "GRADER_GRADING": "1",             # grader.check in the notebook only says the grader runs the checks
+            "GRADER_MEMORY_LIMIT": str(self.limits.address_space),
+            "GRADER_PROCESSES": str(self.limits.processes), "GRADER_FILE_SIZE": str(self.limits.files),
+            "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
+            "GRADER_NOTEBOOK": self.token,
+        }
+        if self.isolation is None:
+            return {**os.environ, **ours}
+        ids = sandbox.user_ids(self.isolation)
+        if ids is not None:
+            ours["GRADER_KERNEL_UID"], ours["GRADER_KERNEL_GID"] = str(ids[0]), str(ids[1])
+        if self.isolation.kind == "bwrap":
+            ours.update(GRADER_STAGE=sandbox.STAGE, GRADER_FOLDER=str(self.folder), GRADER_CWD=str(self.cwd))
+        return sandbox.kernel_env(self.isolation, dict(os.environ), ours, self.home)
+
+    def private_dir(self, prefix: str) -> Path:
+        """A new folder for the grader's files in the notebook's exchange folder (the kernel can reach it there)."""
+        exchange = self.folder / sandbox.EXCHANGE
+        exchange.mkdir(exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=exchange))
+        if self.isolation is not None:
+            sandbox.own_folder(exchange, self.isolation)
+        return path
+
+    def manager(self) -> GradingKernelManager:
+        """A kernel manager for one start, with fresh sockets (nothing the notebook left in the old ones)."""
+        iso = self.isolation
+        if iso is None:
+            # Unix sockets in a private folder: no TCP port, nothing another user on the machine can reach.
+            self.ipc = tempfile.mkdtemp(prefix="grader-ipc-")
+            return GradingKernelManager(transport="ipc", ip=os.path.join(self.ipc, "kernel"))
+        if not self._prepared:
+            sandbox.prepare_home(self.home)
+            if iso.kind == "bwrap":
+                sandbox.stage_identity(self.folder, sandbox.sandbox_uid(iso))
+            sandbox.own_folder(self.folder, iso)
+            self._prepared = True
+        self.ipc = str(self.private_dir("ipc-"))
+        km = GradingKernelManager(transport="ipc", ip=os.path.join(self.ipc, "kernel"),
+                                  connection_file=os.path.join(self.ipc, "connection.json"))
+        prefix = sandbox.bwrap_argv(iso, self.folder, self.cwd, disk=self.limits.files) if iso.kind == "bwrap" else []
+        km.launch_argv = [*prefix, sys.executable, iso.launch]
+        km.owner = sandbox.user_ids(iso)
+        return km
+
+    def fifo(self, n: int) -> str:
+        """The FIFO the kernel writes each finished request's number to, made for start number `n`."""
+        path = os.path.join(self.ipc, f"done-{n}")
+        os.mkfifo(path, 0o600)
+        ids = sandbox.user_ids(self.isolation) if self.isolation is not None else None
+        if ids is not None:
+            os.chown(path, *ids)
+        return path
+
+    def watched(self) -> tuple[Path, int, int] | None:
+        """The folder on this machine's disk the kernel may write, with the bytes and entries it may put there
+        (None: no folder to watch). Sandboxed, only its exchange folder (the rest is in size-limited memory);
+        otherwise its whole folder, which then holds its files."""
+        if self.isolation is None:
+            return None
+        if self.isolation.kind == "bwrap":
+            return self.folder / sandbox.EXCHANGE, EXCHANGE_BYTES, EXCHANGE_ENTRIES
+        return self.folder, self.limits.files, FOLDER_ENTRIES
