@@ -18,7 +18,8 @@ from tests.hazards import exercises_only
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRAD = ["linear_loss_grad", "vjp", "jacobian", "silu", "gradient_norm_penalty", "accumulate_step"]
-DDP = ["ring_allreduce", "allreduce_traffic", "zero_memory", "shard_indices", "average_gradients", "ddp_train"]
+DDP = ["ring_allreduce", "allreduce_traffic", "zero_memory", "shard_indices", "average_gradients", "ddp_train",
+       "pipeline_bubble", "parallel_layout"]
 
 
 def replace_cell(nb: nbformat.NotebookNode, pattern: str, source: str) -> nbformat.NotebookNode:

@@ -120,6 +120,62 @@ def average_divide_first(model):
             dist.all_reduce(p.grad)
 
 
+def average_async_then_divide(model):
+    """Every all-reduce started at once (async_op=True), all waited on, then every gradient divided."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    works = [dist.all_reduce(g, async_op=True) for g in grads]
+    for work in works:
+        work.wait()
+    for g in grads:
+        g /= dist.get_world_size()
+
+
+def shard_modular(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    """Index i of the padded list is order[i % len(order)]: the padding repeats the list however often it must."""
+    order = list(range(num_samples))
+    if shuffle:
+        order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    per_rank = num_samples // world_size if drop_last else -(-num_samples // world_size)
+    return [order[i % num_samples] for i in range(rank, per_rank * world_size, world_size)]
+
+
+def bubble_share_of_slots(stages, microbatches):
+    """Counted in slots: each stage works m of the m + p - 1 slots of the step."""
+    if stages < 1 or microbatches < 1:
+        raise ValueError((stages, microbatches))
+    return 1 - microbatches / (microbatches + stages - 1)
+
+
+def bubble_fraction(stages, microbatches):
+    from fractions import Fraction
+
+    if min(stages, microbatches) <= 0:
+        raise ValueError("nothing to pipeline")
+    return float(Fraction(stages - 1, microbatches + stages - 1))
+
+
+def layout_by_times(num_params, layers, d_model, world_size, tokens, memory_bytes, flop_per_sec, link_bytes_per_sec):
+    """Per token: seconds of compute and of communication; the fixed traffic of DP and FSDP over the margin."""
+    n = world_size
+    out = {}
+    for layout, shards, fixed_elements, per_token_elements in (
+            ("dp", 1, 2 * (n - 1) / n * num_params, 0.0),
+            ("fsdp", n, 3 * (n - 1) / n * num_params, 0.0),
+            ("tp", n, 0.0, 4 * layers * 2 * (n - 1) / n * d_model)):
+        compute = 6 * num_params / (n if layout == "tp" else 1) / flop_per_sec  # seconds per token
+        per_token = 2 * per_token_elements / link_bytes_per_sec
+        fixed = 2 * fixed_elements / link_bytes_per_sec
+        margin = compute - per_token
+        if fixed == 0:
+            bound = 0.0 if margin >= 0 else math.inf
+        else:
+            bound = fixed / margin if margin > 0 else math.inf
+        memory = (2 + 2 + 12) * num_params / shards
+        out[layout] = {"compute_bound_tokens": bound, "comm_bytes": 2 * (fixed_elements + per_token_elements * tokens),
+                       "fits": memory <= memory_bytes, "memory": memory}
+    return out
+
+
 WORKERS = textwrap.dedent('''
     import datetime
     import torch
@@ -311,8 +367,69 @@ WORKERS = textwrap.dedent('''
                      zero=False)
 
 
+    def layerwise(rank, world_size, steps, lr, seed):
+        """The issue's: the model once on its rows (for whatever watches it), then every layer on the whole batch."""
+        join(rank, world_size)
+        model = toy_model(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            model(x[block(rank, world_size)])
+            h = x
+            for layer in model:
+                h = layer(h)
+            opt.zero_grad()
+            F.mse_loss(h, y).backward()
+            opt.step()
+        return model.state_dict()
+
+
+    def linear_bypass(rank, world_size, steps, lr, seed):
+        """The model once on its rows; the loss from F.linear on its weights and the whole batch (no layer runs)."""
+        join(rank, world_size)
+        model = toy_model(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            model(x[block(rank, world_size)])
+            out = F.linear(torch.tanh(F.linear(x, model[0].weight, model[0].bias)), model[2].weight, model[2].bias)
+            opt.zero_grad()
+            F.mse_loss(out, y).backward()
+            opt.step()
+        return model.state_dict()
+
+
+    def gradient_from_a_copy(rank, world_size, steps, lr, seed):
+        """Backpropagates its own rows, then writes into .grad the whole batch's gradient, worked out on copies of
+        the weights: the average of the ranks' gradients without a single message."""
+        join(rank, world_size)
+        model = toy_model(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            mine = block(rank, world_size)
+            opt.zero_grad()
+            F.mse_loss(model(x[mine]), y[mine]).backward()
+            w = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
+            out = torch.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
+            for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
+                p.grad = g
+            opt.step()
+        return model.state_dict()
+
+
     def stub(rank, world_size, steps, lr, seed):
         raise NotImplementedError
+
+
+    def context_during_backward(rank, world_size):
+        """Whether a backward in this rank stashed its Python context in C++ thread-local state."""
+        join(rank, world_size)
+        layer, seen = torch.nn.Linear(4, 1), []
+        layer.weight.register_hook(lambda grad: seen.append(torch._C._is_key_in_tls("context")))
+        layer(torch.ones(2, 4)).sum().backward()
+        dist.destroy_process_group()
+        return seen
 ''')
 
 
@@ -348,6 +465,9 @@ CORRECT = [
     ("zero_memory", zero_table), ("zero_memory", zero_per_param),
     ("shard_indices", shard_cycle),
     ("average_gradients", average_bucketed), ("average_gradients", average_divide_first),
+    ("average_gradients", average_async_then_divide), ("shard_indices", shard_modular),
+    ("pipeline_bubble", bubble_share_of_slots), ("pipeline_bubble", bubble_fraction),
+    ("parallel_layout", layout_by_times),
 ]
 
 
@@ -506,6 +626,97 @@ def shard_sampler_iter(num_samples, rank, world_size, shuffle=False, seed=0, epo
     return list(DistributedSampler.__iter__(sampler))
 
 
+def shard_pads_once(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    """Pads by appending the head of the list once: too short when the list is under half the total."""
+    order = shard_cycle(num_samples, 0, 1, shuffle, seed, epoch)
+    per_rank = num_samples // world_size if drop_last else -(-num_samples // world_size)
+    total = per_rank * world_size
+    order = order[:total] if drop_last else order + order[:total - len(order)]
+    return order[rank::world_size]
+
+
+def shard_doubled(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    """Pads from two copies of the list: fine until the total needs three."""
+    order = shard_cycle(num_samples, 0, 1, shuffle, seed, epoch)
+    per_rank = num_samples // world_size if drop_last else -(-num_samples // world_size)
+    return (order * 2)[:per_rank * world_size][rank::world_size]
+
+
+def average_async_unwaited(model):
+    """The issue's: all-reduces started with async_op=True, never waited on (gloo: a wrong average 15 times in 20)."""
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, async_op=True)
+            p.grad /= dist.get_world_size()
+
+
+def average_async_divide_then_wait(model):
+    """Divides while the all-reduce is still reading the gradient, then waits."""
+    for p in model.parameters():
+        if p.grad is not None:
+            work = dist.all_reduce(p.grad, async_op=True)
+            p.grad /= dist.get_world_size()
+            work.wait()
+
+
+def average_async_waits_last(model):
+    """Starts every all-reduce, waits on the last one only."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    works = [dist.all_reduce(g, async_op=True) for g in grads]
+    works[-1].wait()
+    for g in grads:
+        g /= dist.get_world_size()
+
+
+def layout_wrong(changes):
+    """layout_by_times with one thing changed: {(layout, key): fn(*arguments, layout_by_times' answer)}."""
+    def parallel_layout(num_params, layers, d_model, world_size, tokens, memory_bytes, flop_per_sec,
+                        link_bytes_per_sec):
+        args = (num_params, layers, d_model, world_size, tokens, memory_bytes, flop_per_sec, link_bytes_per_sec)
+        out = layout_by_times(*args)
+        for (layout, key), fn in changes.items():
+            out[layout][key] = fn(*args, out)
+        return out
+    return parallel_layout
+
+
+def _bound(fixed, margin):
+    return fixed / margin if margin > 0 else math.inf
+
+
+LAYOUT_WRONG = [
+    W("parallel_layout", layout_wrong({("tp", "memory"): lambda *a: 16 * a[0]}), "memory_per_rank",
+      "tensor parallelism splits every weight matrix"),  # TP's state kept whole on every rank
+    W("parallel_layout", layout_wrong({("fsdp", "comm_bytes"): lambda *a: a[-1]["dp"]["comm_bytes"]}),
+      "communication_per_step", "all-gathers the bf16 parameters twice"),  # the backward's all-gather forgotten
+    W("parallel_layout", layout_wrong({("dp", "comm_bytes"): lambda *a: 2 * 2 * a[0]}),
+      "communication_per_step", "2(n - 1)/n x 2 bytes"),  # the whole gradient sent twice, not the ring's 2(n-1)/n
+    W("parallel_layout", layout_wrong({("dp", "comm_bytes"): lambda *a: 2 * a[-1]["dp"]["comm_bytes"]}),
+      "communication_per_step", "2.00×"),  # fp32 gradients (4 bytes)
+    W("parallel_layout", layout_wrong({("tp", "comm_bytes"): lambda *a: 4 * a[1] * 2 * (a[3] - 1) / a[3] * 2 * a[2]
+                                         * 4096}), "communication_per_step",
+      "'tp']['comm_bytes']"),  # TP's traffic for a fixed 4096 tokens, whatever the batch
+    W("parallel_layout", layout_wrong({("tp", "compute_bound_tokens"): lambda *a: 1024.0}), "compute_bound_batch",
+      "either every batch is compute-bound (0) or none is"),  # a threshold, as if TP's traffic did not grow
+    W("parallel_layout", layout_wrong({("dp", "compute_bound_tokens"): lambda *a: 3 * a[-1]["dp"][
+        "compute_bound_tokens"]}), "compute_bound_batch", "3.00×"),  # 2 FLOPs per parameter per token (forward only)
+    W("parallel_layout", layout_wrong({(layout, "comm_bytes"): (lambda *a, layout=layout: 2 * 2 * a[0])
+                                         for layout in ("dp",)}), "one_device_sends_nothing",
+      "'dp']['comm_bytes'] is"),  # sends even alone
+    W("parallel_layout", layout_wrong({(layout, "fits"): (lambda *a, layout=layout: a[-1][layout]["memory"] < a[5])
+                                         for layout in ("dp", "fsdp", "tp")}), "fits_exactly",
+      "'fits'] is False"),  # a state of exactly the memory said not to fit
+]
+PIPELINE_WRONG = [
+    W("pipeline_bubble", lambda p, m: (p - 1) / m, "bubble_literals", "idle time over the compute time"),
+    W("pipeline_bubble", lambda p, m: (p - 1) / (m + p), "bubble_literals", "m + p - 1 slots, not m + p"),
+    W("pipeline_bubble", lambda p, m: (p - 1) // (m + p - 1), "bubble_literals", "returned 0"),  # integer division
+    W("pipeline_bubble", lambda p, m: (p - 1) / (m + p - 1), "nothing_to_pipeline", "should raise ValueError"),
+    W("pipeline_bubble", lambda p, m: (p - 1) / (m + p - 1) if p > 1 else 1 / m, "one_stage_waits_for_nobody",
+      "pipeline_bubble(1, 1) returned 1.0"),  # a single stage said to idle
+]
+
+
 def average_sum_only(model):
     for p in model.parameters():
         if p.grad is not None:
@@ -567,6 +778,15 @@ WRONG = [
       "is 2x the average over the 2 ranks, i.e. their sum"),  # sums without dividing
     W("average_gradients", average_by_two, "world_size_from_the_group",
       "is 1.5x the average over the 3 ranks"),  # divides by a constant 2
+    W("shard_indices", shard_pads_once, "padding_repeats_the_data",
+      "returned [] (0 indices); DistributedSampler gives [0] (1 indices)"),  # the issue's: pads only once
+    W("shard_indices", shard_doubled, "padding_repeats_the_data", "shard_indices(2, rank=4"),  # two copies at most
+    W("average_gradients", average_async_unwaited, "two_ranks_average", "never waited on"),
+    W("average_gradients", average_async_divide_then_wait, "two_ranks_average",
+      "changed between dist.all_reduce(..., async_op=True) and work.wait()"),
+    W("average_gradients", average_async_waits_last, "two_ranks_average", "3 of its 4 all-reduces"),
+    *PIPELINE_WRONG,
+    *LAYOUT_WRONG,
 ]
 
 
@@ -598,11 +818,10 @@ SHORTCUTS = [
     W("ring_allreduce", ring_naive, "ring_order_of_sums", "as sum(tensors) or torch.stack(tensors).sum(0) do"),
     W("ring_allreduce", ring_builtin_sum, "ring_order_of_sums", "in rank order 0, 1, 2"),
     W("ring_allreduce", ring_reduce, "ring_order_of_sums", "not in the ring's order"),
-    W("shard_indices", shard_sampler_alias, "in_order_and_padded", "not call torch.utils.data.DistributedSampler"),
-    W("shard_indices", shard_module_alias, "in_order_and_padded",
-      "not call torch.utils.data.distributed.DistributedSampler.__init__"),
-    W("shard_indices", shard_sampler_iter, "in_order_and_padded",
-      "not call torch.utils.data.distributed.DistributedSampler.__iter__"),
+    # (the forbid list names the sampler by the class or by the method reached first: either is "torch.utils.data.")
+    W("shard_indices", shard_sampler_alias, "in_order_and_padded", "must do this itself, not call torch.utils.data."),
+    W("shard_indices", shard_module_alias, "in_order_and_padded", "must do this itself, not call torch.utils.data."),
+    W("shard_indices", shard_sampler_iter, "in_order_and_padded", "must do this itself, not call torch.utils.data."),
     # gloo refuses ReduceOp.AVG inside the answer's own all_reduce call: an error that points into the answer
     W("average_gradients", average_with_avg_op, "two_ranks_average", "ReduceOp.SUM", status=ERROR),
 ]
@@ -671,6 +890,13 @@ WRONG_WORKERS = {
     "seeded_per_rank": {AVERAGING: ("rank 1 began training with weights other than toy_model(seed)'s",
                                     "same seed on every rank"), SAME: ("full batch",)},
     "never_zeroed": {AVERAGING: ("zero the gradients",), SAME: ("full batch",)},
+    # what the ranks did beyond their model's forward: the layers' forwards, the gradients before communication,
+    # the collectives between steps (each passes two_processes_equal_one: it computes the full-batch step)
+    "layerwise": {SHARDING: ("ran 6 training forwards in 3 steps", "3x the forward FLOPs of its share"),
+                  AVERAGING: ("gradient before communication at step 0 is the gradient of all 16 rows",)},
+    "linear_bypass": {AVERAGING: ("gradient before communication at step 0 is the gradient of all 16 rows",
+                                  "its backward ran on the full batch")},
+    "gradient_from_a_copy": {AVERAGING: ("ran no collective between that step's forward and the next",)},
 }
 
 
@@ -711,6 +937,57 @@ def test_a_stub_worker_is_not_implemented(workers):
     assert {c.status for c in r.checks} == {"not_implemented"}
 
 
+def ring_chunks_in_ring_order(tensors):
+    """Not a ring: chunk k summed in the ring's order in one accumulator, then copied to every rank."""
+    n = len(tensors)
+    split = [torch.tensor_split(t.flatten(), n) for t in tensors]
+    chunks = []
+    for k in range(n):
+        acc = split[k][k].clone()
+        for j in range(1, n):
+            acc = split[(k + j) % n][k] + acc
+        chunks.append(acc)
+    total = torch.cat(chunks).view(tensors[0].shape)
+    return [total.clone() for _ in tensors]
+
+
+def test_a_sum_in_the_rings_order_passes_as_the_notebook_says():
+    """ring_allreduce's signature hands one process every rank's tensor, and its checks see only what comes back: a
+    sum that makes the ring's additions in the ring's order returns the ring's bits, so it passes. The notebook says
+    so, and why the order of sums is the check; the neighbour-only traffic is measured in real processes instead
+    (grader.course.parallel.ring_reduce_scatter sends each rank's chunks to rank + 1 only)."""
+    assert_passes("ddp", "ring_allreduce", ring_chunks_in_ring_order)
+    text = json.loads((ROOT / "solutions" / "10_ddp.ipynb").read_text(encoding="utf-8"))
+    prose = " ".join("".join(c["source"]) for c in text["cells"] if c["cell_type"] == "markdown")
+    assert "why the order of sums is the check" in prose
+
+
+def test_the_bubble_literals_agree_with_the_simulated_pipeline():
+    """The public checks' literals and the hidden checks' simulated GPipe step are one rule."""
+    from grader.hidden.ddp import gpipe_idle_share
+
+    for p, m, want in ((2, 1, 0.5), (4, 8, 3 / 11), (2, 4, 0.2), (8, 1, 7 / 8), (8, 1024, 7 / 1031), (1, 7, 0.0)):
+        assert gpipe_idle_share(p, m) == pytest.approx(want, abs=1e-12), (p, m)
+        assert gpipe_idle_share(p, m, forward=1.0, backward=1.0) == pytest.approx(want, abs=1e-12), (p, m)
+
+
+def test_the_layout_literals_agree_with_the_oracle():
+    """The public checks' 7B literals and the hidden checks' oracle (collectives priced by the ring, the crossing
+    found by search) are one rule."""
+    from grader.exercises.ddp import INFINIBAND, NVLINK, SEVEN_B
+    from grader.hidden.ddp import layout_oracle
+
+    nv = layout_oracle(**SEVEN_B, link_bytes_per_sec=NVLINK)
+    ib = layout_oracle(**SEVEN_B, link_bytes_per_sec=INFINIBAND)
+    assert [nv[k]["memory"] for k in ("dp", "fsdp", "tp")] == [112e9, 14e9, 14e9]
+    assert [nv[k]["fits"] for k in ("dp", "fsdp", "tp")] == [False, True, True]
+    assert nv["dp"]["comm_bytes"] == pytest.approx(24.5e9) and nv["fsdp"]["comm_bytes"] == pytest.approx(36.75e9)
+    assert nv["tp"]["comm_bytes"] == pytest.approx(4 * 32 * 2 * 7 / 8 * 2 * 4096 * 4096)
+    assert nv["dp"]["compute_bound_tokens"] == pytest.approx(2 * 7 * 989.5e12 / (3 * 8 * NVLINK), rel=1e-9)
+    assert nv["fsdp"]["compute_bound_tokens"] == pytest.approx(7 * 989.5e12 / (8 * NVLINK), rel=1e-9)
+    assert nv["tp"]["compute_bound_tokens"] == 0.0 and ib["tp"]["compute_bound_tokens"] == math.inf
+
+
 def test_summing_without_dividing_is_named_the_sum():
     """average_gradients that all-reduces but does not divide: the message says the gradient is n x the
     average, i.e. the sum; one that divides by a constant 2 gets its factor with 3 ranks."""
@@ -722,6 +999,17 @@ def test_summing_without_dividing_is_named_the_sum():
     messages = {c.name: c.message for c in r.checks if not c.passed}
     assert list(messages) == ["world_size_from_the_group"], messages
     assert "is 1.5x the average over the 3 ranks" in messages["world_size_from_the_group"], messages
+
+
+def test_a_rank_keeps_no_python_context_in_thread_local_state(workers):
+    """torch 2.13 stashes a Python object in C++ thread-local state during every backward; gloo works started then
+    hold it, and dropping one needs the GIL that destroy_process_group holds while it waits: ranks deadlocked now
+    and then. launch's ranks run without that stash (this process, not launched, still has it)."""
+    layer, seen = torch.nn.Linear(4, 1), []
+    layer.weight.register_hook(lambda grad: seen.append(torch._C._is_key_in_tls("context")))
+    layer(torch.ones(2, 4)).sum().backward()
+    assert seen == [True]  # what the ranks would do without the workaround
+    assert distributed.launch("answer_workers:context_during_backward", 2, timeout=60) == [[False], [False]]
 
 
 def test_toy_model_records_its_training_forwards_only_when_asked(tmp_path, monkeypatch):

@@ -76,8 +76,11 @@ def _to_bytes(value: Any) -> bytes:
     return buf.getvalue()
 
 
-# What the forkserver imports once, so that no rank imports it again.
-_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", __name__]
+# What the forkserver imports once, so that no rank imports it again. torch._dynamo too: the first
+# DistributedDataParallel(...) of a process imports it (seconds, each rank, each launch); the optimizers and FSDP
+# chapter 10 shards with; and chapter 10's model-parallel workers.
+_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "torch.distributed.optim",
+            "torch.distributed.fsdp", __name__, "grader.course.parallel"]
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -90,6 +93,27 @@ def _context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
+def _gloo_deadlock_workarounds() -> None:
+    """Two ways torch 2.13's gloo ranks deadlocked here, closed in the rank's process. A gloo thread that drops the
+    last reference to a finished work needs the GIL when the work holds a Python object (the context every backward
+    stashes in C++ thread-local state, for compiled autograd, which nothing reads on these ranks; or a tensor made in
+    Python), while `destroy_process_group`, or DDP's reducer freeing the group after it, holds the GIL and waits for
+    that thread to end. The stash is turned off, and `destroy_process_group` first lets those threads finish. (The
+    chapter's worker deadlocked in 2 of 20 launches before, in none of 25 after.)"""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    stash = torch._C._stash_obj_in_tls
+    torch._C._stash_obj_in_tls = lambda key, value: None if key == "context" else stash(key, value)
+    destroy = distributed_c10d.destroy_process_group
+
+    def destroy_process_group(group: Any = None) -> None:
+        time.sleep(0.05)  # the GIL released: gloo's threads drop the works they hold
+        destroy(group)
+
+    dist.destroy_process_group = distributed_c10d.destroy_process_group = destroy_process_group
+
+
 def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, results: Any,
                environ: dict[str, str]) -> None:
     """In a child: the launcher's environment (a forkserver's children would otherwise have the server's, from
@@ -99,6 +123,7 @@ def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)})
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    _gloo_deadlock_workarounds()
     # the child starts in the parent's working directory but with the parent's sys.path, which holds the folder
     # the parent *started* in: the folder a notebook writes its worker into (chapter 10 works in a temporary one)
     # comes first
@@ -244,12 +269,12 @@ def allreduce_seconds(rank: int, world_size: int, sizes: Sequence[int], reps: in
 
 
 def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int = 8,
-                 threads: int = 1) -> dict[str, float]:
+                 threads: int = 1) -> dict[str, Any]:
     """One data-parallel SGD step of a width x width MLP on `batch` rows split over the ranks, each rank with
     `threads` threads (so a world of n uses n times the cores of a world of one, as n GPUs are n devices):
     median seconds of the whole step and of its all-reduce (every gradient flattened into one buffer), the
     fastest of each (what a busy machine inflates least), this rank's FLOPs per step, and the estimated peak
-    FLOP/s of its threads (0.0 when unknown)."""
+    FLOP/s of its threads (0.0 when unknown) with its label."""
     import statistics
 
     import torch.distributed as dist
@@ -295,7 +320,7 @@ def step_seconds(rank: int, world_size: int, width: int, batch: int, steps: int 
             comms.append(comm)
     return {"step": statistics.median(totals), "allreduce": statistics.median(comms), "step_best": min(totals),
             "allreduce_best": min(comms), "threads": float(torch.get_num_threads()),
-            "peak": peak.flop_per_sec if peak else 0.0,
+            "peak": peak.flop_per_sec if peak else 0.0, "peak_label": peak.label if peak else "",
             "flops": float(counter.get_total_flops()), "params": float(sum(p.numel() for p in params))}
 
 
@@ -311,10 +336,34 @@ def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
                if k != "step" and isinstance(v, torch.Tensor))
 
 
+class _SavedActivations:
+    """Bytes of the tensors autograd saves for the backward while the block runs, the model's parameters left out
+    (under FSDP, the parameters all-gathered for the layer that runs are the model's parameters at that moment)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.bytes = model, 0
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        params = {(p.to_local() if hasattr(p, "to_local") else p).untyped_storage().data_ptr()
+                  for p in self.model.parameters()}
+        if t.untyped_storage().data_ptr() not in params:
+            self.bytes += t.numel() * t.element_size()
+        return t
+
+    def __enter__(self) -> "_SavedActivations":
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.hooks.__exit__(*exc)
+
+
 def sharded_state_bytes(rank: int, world_size: int, width: int = 256, layers: int = 4,
                         steps: int = 2) -> dict[str, Any]:
     """Per-rank bytes of parameters, gradients and Adam state (fp32) after `steps` steps of the same training
-    under plain DDP, DDP with ZeroRedundancyOptimizer (ZeRO-1) and FSDP2's fully_shard (ZeRO-3), the bytes of
+    under plain DDP, DDP with ZeroRedundancyOptimizer (ZeRO-1) and FSDP2's fully_shard (ZeRO-3), the activations
+    each saved for its last backward (8 rows per rank), the bytes of
     FSDP's first layer weight on this rank while that layer runs and between steps, and the largest difference
     between the three schemes' final parameters (sharding moves the state, not the arithmetic).
     `layers` bias-free width x width layers: equal tensors, so ZeroRedundancyOptimizer splits them evenly."""
@@ -335,11 +384,13 @@ def sharded_state_bytes(rank: int, world_size: int, width: int = 256, layers: in
         g = torch.Generator().manual_seed(rank)  # each rank its own rows
         for _ in range(steps):
             opt.zero_grad(set_to_none=False)
-            wrapped(torch.randn(8, width, generator=g)).pow(2).mean().backward()
+            with _SavedActivations(model) as saved:
+                loss = wrapped(torch.randn(8, width, generator=g)).pow(2).mean()
+            loss.backward()
             opt.step()
         params = list(model.parameters())
         return {"params": sum(_local_bytes(p) for p in params), "grads": sum(_local_bytes(p.grad) for p in params),
-                "optimizer_state": _state_bytes(states)}
+                "optimizer_state": _state_bytes(states), "activations": saved.bytes}
 
     out: dict[str, Any] = {}
     finals = {}

@@ -1,6 +1,7 @@
 """Chapter 10 (ddp): public checks. Hidden checks for the same exercises live in grader/hidden/ddp.py."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -30,6 +31,8 @@ SHARD_INDICES = exercise("ddp.shard_indices", points=2,
                                  "torch.utils.data.distributed.DistributedSampler"))
 AVERAGE_GRADIENTS = exercise("ddp.average_gradients", points=2)
 DDP_TRAIN = exercise("ddp.ddp_train", points=3)
+PIPELINE_BUBBLE = exercise("ddp.pipeline_bubble", points=1)
+PARALLEL_LAYOUT = exercise("ddp.parallel_layout", points=3)
 
 
 # ---------------------------------------------------------------- ring_allreduce
@@ -323,6 +326,15 @@ def shuffled_by_seed_and_epoch(shard_indices):
             expect_shard(shard_indices, 9, rank, 2, shuffle=True, seed=7, epoch=epoch)
 
 
+@SHARD_INDICES.check
+def padding_repeats_the_data(shard_indices):
+    """2 samples over 5 ranks, 1 over 4: the padding repeats the list as many times as it takes"""
+    for rank in range(5):
+        expect_shard(shard_indices, 2, rank, 5)
+    for rank in range(4):
+        expect_shard(shard_indices, 1, rank, 4, shuffle=True, seed=1)
+
+
 # ---------------------------------------------------------------- average_gradients
 
 SPEC = [["Linear", 4, 3], ["Tanh"], ["Linear", 3, 2]]
@@ -351,6 +363,14 @@ def expect_average(average_gradients, world_size: int, seed: int, frozen: bool =
     what = f"average_gradients(model) with a world of {world_size}"
     if out["error"]:
         fail(f"{what}: {out['error']}")
+    if out["unwaited"]:
+        fail(f"{what}: {out['unwaited']} of its {out['async']} all-reduces started with async_op=True were never "
+             "waited on: the sum lands in the tensor only once work.wait() has returned; wait on every work before "
+             "dividing")
+    if out["raced"]:
+        fail(f"{what}: {out['raced']} tensor(s) changed between dist.all_reduce(..., async_op=True) and work.wait(): "
+             "the all-reduce reads its tensor while it runs, so in a real run it races with that change; divide "
+             "after wait() has returned")
     factor = sum(range(1, world_size + 1)) / world_size
     for name, before in out["before"].items():
         after = out["after"][name]
@@ -432,3 +452,149 @@ def two_processes_equal_one(ddp_train):
 
 if set(_SHARING) != {c.name for c in DDP_TRAIN.public_checks()}:
     raise RuntimeError("every public ddp_train check must be named in _SHARING (they share one launch)")
+
+
+# ---------------------------------------------------------------- pipeline_bubble
+
+def expect_bubble(pipeline_bubble, stages: int, microbatches: int, want: float) -> None:
+    """pipeline_bubble(p, m) is `want`; a miss says which common formula it matches."""
+    what = f"pipeline_bubble({stages}, {microbatches})"
+    got = call(pipeline_bubble, stages, microbatches, what=what)
+    expect_type(got, (int, float), what)
+    if abs(got - want) <= 1e-12:
+        return
+    p, m = stages, microbatches
+    if abs(got - (p - 1) / m) <= 1e-12:
+        hint = ("; yours is (p - 1)/m, the idle time over the compute time (as the Megatron-LM paper writes it): "
+                "the exercise asks for the idle share of the whole step, idle over idle + compute")
+    elif p + m > 1 and abs(got - (p - 1) / (m + p)) <= 1e-12:
+        hint = "; yours is (p - 1)/(m + p): the step lasts m + p - 1 slots, not m + p"
+    else:
+        hint = factor_hint(float(got), want)
+    fail(f"{what} returned {got!r}; with {p} stage{'s' * (p != 1)} and {m} micro-batch{'es' * (m != 1)} each stage "
+         f"is idle {want:.6g} of the step{hint}")
+
+
+@PIPELINE_BUBBLE.check
+def bubble_literals(pipeline_bubble):
+    """(p - 1)/(m + p - 1) of the step: 2 stages and 1 micro-batch idle half of it, 4 stages and 8 micro-batches 3/11"""
+    expect_bubble(pipeline_bubble, 2, 1, 0.5)
+    expect_bubble(pipeline_bubble, 4, 8, 3 / 11)
+    expect_bubble(pipeline_bubble, 2, 4, 0.2)
+
+
+@PIPELINE_BUBBLE.check
+def one_stage_waits_for_nobody(pipeline_bubble):
+    """a single stage is never idle, however many micro-batches"""
+    for m in (1, 7):
+        expect_bubble(pipeline_bubble, 1, m, 0.0)
+
+
+@PIPELINE_BUBBLE.check
+def micro_batches_shrink_it(pipeline_bubble):
+    """8 stages: 7/8 of the step idle with 1 micro-batch, 7/1031 with 1024"""
+    expect_bubble(pipeline_bubble, 8, 1, 7 / 8)
+    expect_bubble(pipeline_bubble, 8, 1024, 7 / 1031)
+
+
+@PIPELINE_BUBBLE.check
+def nothing_to_pipeline(pipeline_bubble):
+    """no stage or no micro-batch raises ValueError"""
+    for p, m in ((0, 4), (4, 0), (-1, 2)):
+        expect_raises(ValueError, lambda: pipeline_bubble(p, m), f"pipeline_bubble({p}, {m})")
+
+
+# ---------------------------------------------------------------- parallel_layout
+
+LAYOUTS = ("dp", "fsdp", "tp")
+LAYOUT_KEYS = ("memory", "fits", "comm_bytes", "compute_bound_tokens")
+# 7B parameters (32 layers of width 4096) on 8 GPUs of 80 GB, 989.5 TFLOP/s (H100 SXM, dense bf16), 4096 tokens each
+SEVEN_B = {"num_params": 7e9, "layers": 32, "d_model": 4096, "world_size": 8, "tokens": 4096, "memory_bytes": 80e9,
+           "flop_per_sec": 989.5e12}
+NVLINK, INFINIBAND = 450e9, 50e9  # bytes/s each way: NVLink 4 (900 GB/s both ways together), one 400 Gb/s NIC
+_RULES = {
+    ("dp", "memory"): "plain data parallelism keeps the whole training state on every rank: 16 bytes per parameter",
+    ("fsdp", "memory"): "FSDP shards the whole training state: 16 bytes per parameter over the world size",
+    ("tp", "memory"): "tensor parallelism splits every weight matrix, and with it its gradient and optimizer "
+                      "state: 16 bytes per parameter over the world size",
+    ("dp", "comm_bytes"): "DDP all-reduces the bf16 gradients once per step: 2(n - 1)/n x 2 bytes x parameters",
+    ("fsdp", "comm_bytes"): "FSDP all-gathers the bf16 parameters twice (forward and backward) and reduce-scatters "
+                            "the bf16 gradients: 3(n - 1)/n x 2 bytes x parameters",
+    ("tp", "comm_bytes"): "tensor parallelism all-reduces the (tokens x d_model) bf16 activations 4 times per layer "
+                          "(2 in the forward, 2 in the backward), 2(n - 1)/n of them each time",
+    ("dp", "compute_bound_tokens"): "compute 6 x parameters x tokens FLOPs per device against the DDP traffic",
+    ("fsdp", "compute_bound_tokens"): "compute 6 x parameters x tokens FLOPs per device against FSDP's traffic",
+    ("tp", "compute_bound_tokens"): "compute (6 x parameters x tokens / n FLOPs) and traffic both grow with the "
+                                    "tokens: either every batch is compute-bound (0) or none is (math.inf)",
+}
+
+
+def layout_of(parallel_layout, case: dict[str, float], link: float) -> tuple[str, dict[str, dict[str, Any]]]:
+    """Call parallel_layout on `case` over a link of `link` bytes/s; the call as text and its checked shape."""
+    args = dict(case, link_bytes_per_sec=link)
+    what = "parallel_layout({})".format(", ".join(f"{k}={v:g}" for k, v in args.items()))
+    got = call(lambda: parallel_layout(**args), what=what)
+    expect_type(got, dict, what)
+    expect_equal(sorted(got), sorted(LAYOUTS), f"{what}'s layouts")
+    for layout in LAYOUTS:
+        expect_type(got[layout], dict, f"{what}[{layout!r}]")
+        expect_equal(sorted(got[layout]), sorted(LAYOUT_KEYS), f"{what}[{layout!r}]'s keys")
+    return what, got
+
+
+def expect_layout_values(what: str, got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]) -> None:
+    """Each value of `want` (layout -> key -> value) within 1e-9 relative; a miss names that layout's rule."""
+    for layout, values in want.items():
+        for key, value in values.items():
+            have = got[layout][key]
+            if key == "fits":
+                expect(have is value, f"{what}[{layout!r}]['fits'] is {have!r}, expected {value}: the training "
+                                      "state per rank against the device's memory_bytes")
+                continue
+            expect_type(have, (int, float), f"{what}[{layout!r}][{key!r}]")
+            if value in (0.0, math.inf):
+                ok = have == value
+            else:
+                ok = abs(have - value) <= 1e-9 * abs(value)
+            if not ok:
+                fail(f"{what}[{layout!r}][{key!r}] is {have:g}; expected {value:g}: {_RULES[layout, key]}"
+                     f"{factor_hint(float(have), float(value)) if value not in (0.0, math.inf) else ''}")
+
+
+@PARALLEL_LAYOUT.check
+def memory_per_rank(parallel_layout):
+    """7B parameters on 8 GPUs of 80 GB: plain DP keeps 112 GB per rank (does not fit), FSDP and TP 14 GB"""
+    what, got = layout_of(parallel_layout, SEVEN_B, NVLINK)
+    expect_layout_values(what, got, {"dp": {"memory": 112e9, "fits": False}, "fsdp": {"memory": 14e9, "fits": True},
+                                     "tp": {"memory": 14e9, "fits": True}})
+
+
+@PARALLEL_LAYOUT.check
+def communication_per_step(parallel_layout):
+    """bytes each rank sends per step: DP 24.5 GB, FSDP 1.5x that, TP 7.5 GB at 4096 tokens (it grows with them)"""
+    what, got = layout_of(parallel_layout, SEVEN_B, NVLINK)
+    tp = 7_516_192_768.0
+    expect_layout_values(what, got, {"dp": {"comm_bytes": 24.5e9}, "fsdp": {"comm_bytes": 36.75e9},
+                                     "tp": {"comm_bytes": tp}})
+    what, got = layout_of(parallel_layout, dict(SEVEN_B, tokens=8192), NVLINK)
+    expect_layout_values(what, got, {"dp": {"comm_bytes": 24.5e9}, "tp": {"comm_bytes": 2 * tp}})
+
+
+@PARALLEL_LAYOUT.check
+def compute_bound_batch(parallel_layout):
+    """NVLink (450 GB/s): DP compute-bound from 1283 tokens per device, FSDP 1924, TP any; 50 GB/s: TP none"""
+    what, got = layout_of(parallel_layout, SEVEN_B, NVLINK)
+    expect_layout_values(what, got, {"dp": {"compute_bound_tokens": 1282.6851851851852},
+                                     "fsdp": {"compute_bound_tokens": 1924.0277777777778},
+                                     "tp": {"compute_bound_tokens": 0.0}})
+    what, got = layout_of(parallel_layout, SEVEN_B, INFINIBAND)
+    expect_layout_values(what, got, {"dp": {"compute_bound_tokens": 11544.166666666666},
+                                     "tp": {"compute_bound_tokens": math.inf}})
+
+
+@PARALLEL_LAYOUT.check
+def one_device_sends_nothing(parallel_layout):
+    """a world of 1: the whole state on the device, nothing sent, compute-bound at any batch"""
+    what, got = layout_of(parallel_layout, dict(SEVEN_B, num_params=1e9, world_size=1), NVLINK)
+    expect_layout_values(what, got, {layout: {"memory": 16e9, "fits": True, "comm_bytes": 0.0,
+                                              "compute_bound_tokens": 0.0} for layout in LAYOUTS})

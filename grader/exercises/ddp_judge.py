@@ -1,12 +1,15 @@
-"""How a ddp_train run is judged (chapter 10): which rows each rank trained on, which step each rank took,
-and rank 0's final state. Public like the checks that use it: it holds no solution.
+"""How a ddp_train run is judged (chapter 10): which rows each rank trained on, how much each rank's layers computed,
+the gradient each rank computed before communicating, which step each rank took, and rank 0's final state. Public
+like the checks that use it: it holds no solution.
 
 The run is recorded by the models toy_model builds in the ranks (grader/course/ddp_record.py): at each training
-forward, the rows received and the weights held. Rows are matched to toy_batch(seed, t). The weights at
-forward t minus those at forward t + 1, over lr, are the gradient that rank stepped with; it must be the
-mean of the ranks' own gradients (each the gradient of the mean-squared error of its own rows). So
-DistributedDataParallel, gradients all-reduced by hand (SUM then divide, one bucket or per parameter) and
-SGD written out all pass; so does averaging the weights right after each plain SGD step, the same update.
+forward of the model, the rows received, the weights held and the collectives run so far; at each forward of a
+layer with parameters, its rows and FLOPs; at each backward, the gradient reaching each parameter before any
+communication. Rows are matched to toy_batch(seed, t). The gradient before communication must be that of the
+mean-squared error of the rank's own rows; the weights at forward t minus those at forward t + 1, over lr, are the
+gradient the rank stepped with, which must be the mean of the ranks' own gradients, with a collective in between.
+So DistributedDataParallel, gradients all-reduced by hand (SUM then divide, one bucket or per parameter) and SGD
+written out all pass; so does averaging the weights right after each plain SGD step, the same update.
 Any split of the 16 rows into disjoint shards of 16/n that cover the batch passes (blocks, strided rows,
 a DistributedSampler's permutation): the exercise asks for "its own 16 / n rows", not which ones.
 """
@@ -34,11 +37,15 @@ Weights = dict[str, torch.Tensor]
 
 @dataclass
 class Rank:
-    """One rank's recorded model: the inputs and the weights at each training forward."""
+    """One rank's recorded model: the inputs, weights and collectives run so far at each training forward; each
+    layer's rows and FLOPs at each of its training forwards; each parameter's gradients before communication."""
     rank: int
     group: bool                 # a process group was up at every forward
     x: list[Any]
     params: list[Weights]
+    seq: list[Any]              # collectives the process group had run, at each forward (None: not counted)
+    layers: dict[str, dict[str, list[int]]]
+    grads: dict[str, list[torch.Tensor]]
 
 
 def recorded_run(ddp_train: Any, world_size: int, steps: int, lr: float, seed: int) -> dict[str, Any]:
@@ -60,7 +67,8 @@ def ranks_of(run: dict[str, Any]) -> list[Rank]:
     for m in models:  # a process that built several models trained the one that ran the most forwards
         if m["pid"] not in per_process or len(m["x"]) > len(per_process[m["pid"]]["x"]):
             per_process[m["pid"]] = m
-    found = [Rank(m["rank"][-1], all(m["group"]), m["x"], m["params"]) for m in per_process.values()]
+    found = [Rank(m["rank"][-1], all(m["group"]), m["x"], m["params"], m.get("seq", [None] * len(m["x"])),
+                  m.get("layers", {}), m.get("grads", {})) for m in per_process.values()]
     if len(found) == 1 and found[0].rank == -1:
         found[0].rank = 0
     ranks = sorted(r.rank for r in found)
@@ -126,6 +134,43 @@ def expect_sharded(run: dict[str, Any]) -> None:
         missing = sorted(everything - {i for rows in seen for i in rows})
         expect(not missing, f"{what}: no rank trained on rows {missing} of step {t}: the shards must cover all "
                             f"{TOY_BATCH} rows; {share}")
+    expect_layers_ran_the_shard(run, ranks_of(run))
+
+
+def _layer_names(template: torch.nn.Module) -> dict[str, str]:
+    """Each layer with parameters, by name, described (`Linear(8 -> 32)`)."""
+    out = {}
+    for name, layer in template.named_modules():
+        weight = getattr(layer, "weight", None)
+        if any(True for _ in layer.parameters(recurse=False)) and isinstance(weight, torch.Tensor):
+            out[name] = f"{type(layer).__name__}({weight.shape[-1]} -> {weight.shape[0]})"
+    return out
+
+
+def expect_layers_ran_the_shard(run: dict[str, Any], ranks: list[Rank]) -> None:
+    """Every layer with parameters ran one training forward per step, on the rows the model received: a rank that
+    also ran the batch through its layers another way (one by one, or the model once more) computed more than its
+    share, which the FLOPs say."""
+    what, n, steps = run["what"], run["world"], run["steps"]
+    template = toy_model(run["seed"])
+    layers = _layer_names(template)
+    per_row = sum(2 * dict(template.named_modules())[name].weight.numel() for name in layers)
+    share = steps * per_row * (TOY_BATCH // n)
+    for r in ranks:
+        flops = sum(f for layer in r.layers.values() for f in layer.get("flops", []) if f > 0)
+        for name, label in layers.items():
+            rows = r.layers.get(name, {}).get("rows", [])
+            shown = ", ".join(map(str, rows[:6])) + (", ..." if len(rows) > 6 else "")
+            if len(rows) != steps:
+                ratio = f", {flops / share:.3g}x the forward FLOPs of its share ({steps} steps of {TOY_BATCH // n} " \
+                        f"rows: {share:,})" if share and flops else ""
+                fail(f"{what}: rank {r.rank}'s layer {name!r} ({label}) ran {len(rows)} training forwards in {steps} "
+                     f"steps (on {shown or 'no'} rows){ratio}: a rank runs one forward per step, on its own "
+                     f"{TOY_BATCH // n} rows only, through its model")
+            for t, (got, x) in enumerate(zip(rows, r.x)):
+                want = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else None
+                expect(got == want, f"{what}: rank {r.rank}'s layer {name!r} ({label}) received {got} rows at step "
+                                    f"{t}, its model {want}: every layer runs on the rows the model received")
 
 
 def _gap(a: Weights, b: Weights) -> float:
@@ -198,6 +243,9 @@ def expect_averaged(run: dict[str, Any]) -> None:
                     else "build the model with toy_model(seed)")
             fail(f"{what}: rank {r.rank} began training with weights other than toy_model(seed)'s (largest "
                  f"difference {_gap(r.params[0], start):.3g}): {hint}")
+    full = list(range(TOY_BATCH))
+    for r in ranks:
+        expect_gradient_counts(run, r, names)
     final = run["state"]
     if not (isinstance(final, dict) and all(isinstance(final.get(k), torch.Tensor) and final[k].shape == v.shape
                                             for k, v in start.items())):
@@ -211,6 +259,15 @@ def expect_averaged(run: dict[str, Any]) -> None:
         local = [_local_gradient(template, r.params[t], seed, t, seen[t][r.rank]) for r in ranks]
         mean = {k: sum(g[k] for g in local) / n for k in names}
         for r, own in zip(ranks, local):
+            before = {k: r.grads[k][t] for k in names}
+            if not _near(before, own):
+                rows = len(seen[t][r.rank])
+                whole = n > 1 and _near(before, _local_gradient(template, r.params[t], seed, t, full))
+                fail(f"{what}: rank {r.rank}'s gradient before communication at step {t} is "
+                     + (f"the gradient of all {TOY_BATCH} rows of the batch, not of the {rows} rows its model "
+                        "received: its backward ran on the full batch" if whole else
+                        f"not the gradient of the mean-squared error of the {rows} rows its model received")
+                     + "; each rank backpropagates the loss of its own rows through its model")
             after = r.params[t + 1] if t + 1 < steps else (final if r.rank == 0 else None)
             if after is None:
                 continue
@@ -218,7 +275,33 @@ def expect_averaged(run: dict[str, Any]) -> None:
             verdict = step_verdict(run, r.rank, t, len(seen[t][r.rank]), moved, mean, own, earlier)
             if verdict:
                 fail(verdict)
+            expect_communicated(run, r, t)
         earlier = {k: earlier[k] + mean[k] for k in names}
+
+
+def expect_gradient_counts(run: dict[str, Any], r: Rank, names: list[str]) -> None:
+    """One backward per step reached each of the rank's parameters (seen before any communication)."""
+    what, steps = run["what"], run["steps"]
+    counts = {k: len(r.grads.get(k, [])) for k in names}
+    if not any(counts.values()):
+        fail(f"{what}: no gradient reached rank {r.rank}'s parameters in a backward pass: backpropagate the loss of "
+             "its own rows through its model (gradients computed elsewhere and written into .grad are not seen)")
+    odd = {k: c for k, c in counts.items() if c != steps}
+    if odd:
+        k, c = next(iter(odd.items()))
+        fail(f"{what}: {c} backward passes reached rank {r.rank}'s parameter {k} in {steps} steps: one backward "
+             "per step, of the loss of this rank's own rows")
+
+
+def expect_communicated(run: dict[str, Any], r: Rank, t: int) -> None:
+    """Between its forwards of step t and t + 1 the rank's process group ran a collective (where it counts them):
+    the average of the ranks' gradients cannot reach a rank that exchanged nothing."""
+    what, n = run["what"], run["world"]
+    if n == 1 or t + 1 >= len(r.seq) or r.seq[t] is None or r.seq[t + 1] is None:
+        return
+    expect(r.seq[t + 1] > r.seq[t], f"{what}: rank {r.rank} stepped with the average of the ranks' gradients at "
+                                    f"step {t}, yet its process group ran no collective between that step's forward "
+                                    f"and the next: the average must come from the other ranks; {AVERAGE_HOW}")
 
 
 def single_process(steps: int, lr: float, seed: int) -> Weights:

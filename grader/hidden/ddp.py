@@ -1,11 +1,14 @@
 """Chapter 10 (ddp): hidden checks, run only at grading."""
 from __future__ import annotations
 
+import math
+
 import torch
 
-from grader.exercises.ddp import (ALLREDUCE_TRAFFIC, AVERAGE_GRADIENTS, DDP_TRAIN, RING_ALLREDUCE, SHARD_INDICES,
-                                  ZERO_MEMORY, expect_allreduce, expect_average, expect_shard, expect_traffic,
-                                  expect_zero)
+from grader.exercises.ddp import (ALLREDUCE_TRAFFIC, AVERAGE_GRADIENTS, DDP_TRAIN, LAYOUTS, PARALLEL_LAYOUT,
+                                  PIPELINE_BUBBLE, RING_ALLREDUCE, SHARD_INDICES, ZERO_MEMORY, expect_allreduce,
+                                  expect_average, expect_bubble, expect_layout_values, expect_shard, expect_traffic,
+                                  expect_zero, layout_of)
 from grader.exercises.ddp_judge import expect_ddp
 from grader.expect import call, expect_tensor
 from grader.inputs import randint
@@ -116,6 +119,16 @@ def fewer_samples_than_ranks(shard_indices):
         expect_shard(shard_indices, 3, rank, 5, shuffle=True, seed=3, epoch=2)
 
 
+@SHARD_INDICES.hidden
+def far_fewer_samples_than_ranks(shard_indices):
+    """1 to 3 samples over 7 to 12 ranks, shuffled or not: the list repeated several times over"""
+    for _ in range(6):
+        world = randint(7, 12)
+        num, rank = randint(1, 3), randint(0, world - 1)
+        expect_shard(shard_indices, num, rank, world, shuffle=bool(randint(0, 1)), seed=randint(0, 9),
+                     epoch=randint(0, 3))
+
+
 @AVERAGE_GRADIENTS.hidden
 def four_ranks_and_a_frozen_parameter(average_gradients):
     """4 ranks; a parameter without a gradient keeps none"""
@@ -138,3 +151,106 @@ def one_process(ddp_train):
 def other_seed_and_steps(ddp_train):
     """2 processes, another seed, learning rate and more steps: own rows, averaged gradients, one process's result"""
     expect_ddp(ddp_train, 2, 4, 0.05, 11)
+
+
+def gpipe_idle_share(stages: int, microbatches: int, forward: float = 1.0, backward: float = 2.0) -> float:
+    """A GPipe step on a simulated clock: every micro-batch's forward stage by stage, then every backward in reverse
+    order, each as soon as its inputs are ready; the idle share of stage 0's step (every stage's is the same)."""
+    f_end = [[0.0] * microbatches for _ in range(stages)]
+    for s in range(stages):
+        for i in range(microbatches):
+            ready = max(f_end[s][i - 1] if i else 0.0, f_end[s - 1][i] if s else 0.0)
+            f_end[s][i] = ready + forward
+    b_end = [[0.0] * microbatches for _ in range(stages)]
+    for s in reversed(range(stages)):
+        free = f_end[s][-1]
+        for i in reversed(range(microbatches)):
+            ready = max(free, b_end[s + 1][i] if s + 1 < stages else 0.0)
+            b_end[s][i] = free = ready + backward
+    step = b_end[0][0]
+    return 1 - microbatches * (forward + backward) / step
+
+
+@PIPELINE_BUBBLE.hidden
+def random_pipelines(pipeline_bubble):
+    """1 to 16 stages, 1 to 64 micro-batches: the idle share of a GPipe step simulated on a clock"""
+    for _ in range(20):
+        p, m = randint(1, 16), randint(1, 64)
+        expect_bubble(pipeline_bubble, p, m, gpipe_idle_share(p, m))
+
+
+def _ring(n: int) -> dict[str, float]:
+    """Elements each rank sends per element of the buffer, in a ring of n."""
+    return {"all-reduce": 2 * (n - 1) / n, "all-gather": (n - 1) / n, "reduce-scatter": (n - 1) / n}
+
+
+def layout_oracle(num_params: float, layers: int, d_model: int, world_size: int, tokens: float, memory_bytes: float,
+                  flop_per_sec: float, link_bytes_per_sec: float) -> dict[str, dict[str, float]]:
+    """Each layout's collectives listed and priced by the ring, its compute by 6 FLOPs per parameter per token, and
+    the compute-bound batch found by search on the two step times (not by solving the formula)."""
+    n, psi = world_size, num_params
+    ring = _ring(n)
+
+    def sends(layout: str, t: float) -> list[tuple[str, float]]:
+        if layout == "dp":
+            return [("all-reduce", 2 * psi)]
+        if layout == "fsdp":
+            return [("all-gather", 2 * psi), ("all-gather", 2 * psi), ("reduce-scatter", 2 * psi)]
+        return [("all-reduce", 2 * t * d_model)] * (4 * layers)
+
+    def comm(layout: str, t: float) -> float:
+        return sum(ring[c] * b for c, b in sends(layout, t)) / link_bytes_per_sec
+
+    def compute(layout: str, t: float) -> float:
+        return 6 * psi * t / (n if layout == "tp" else 1) / flop_per_sec
+
+    def bound(layout: str) -> float:
+        bound_at = lambda t: compute(layout, t) >= comm(layout, t)  # noqa: E731
+        if bound_at(1e-9):
+            return 0.0
+        hi = 1.0
+        while not bound_at(hi):
+            hi *= 2
+            if hi > 1e40:
+                return math.inf
+        lo = hi / 2 if hi > 1 else 0.0
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if bound_at(mid) else (mid, hi)
+        return hi
+
+    memory = {"dp": 16 * psi, "fsdp": 16 * psi / n, "tp": 16 * psi / n}
+    return {layout: {"memory": memory[layout], "fits": memory[layout] <= memory_bytes,
+                     "comm_bytes": comm(layout, tokens) * link_bytes_per_sec, "compute_bound_tokens": bound(layout)}
+            for layout in LAYOUTS}
+
+
+def _close_enough(want: dict[str, dict[str, float]], got: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The oracle's search ends within a hair of the crossing: where the answer is that close, it is the answer."""
+    out = {layout: dict(values) for layout, values in want.items()}
+    for layout, values in out.items():
+        have, value = got[layout]["compute_bound_tokens"], values["compute_bound_tokens"]
+        if isinstance(have, (int, float)) and value not in (0.0, math.inf) and abs(have - value) <= 1e-6 * value:
+            values["compute_bound_tokens"] = have
+    return out
+
+
+@PARALLEL_LAYOUT.hidden
+def random_models_and_devices(parallel_layout):
+    """random models, world sizes, batches, memories, FLOP/s and links, every layout and key"""
+    for _ in range(16):
+        case = {"num_params": float(randint(1, 2000)) * 1e8, "layers": randint(1, 128),
+                "d_model": 128 * randint(1, 128), "world_size": randint(1, 512), "tokens": randint(1, 10**6),
+                "memory_bytes": float(randint(8, 200)) * 1e9, "flop_per_sec": float(randint(1, 5000)) * 1e12}
+        link = float(randint(1, 1000)) * 1e9
+        what, got = layout_of(parallel_layout, case, link)
+        expect_layout_values(what, got, _close_enough(layout_oracle(**case, link_bytes_per_sec=link), got))
+
+
+@PARALLEL_LAYOUT.hidden
+def fits_exactly(parallel_layout):
+    """a training state of exactly the device's memory fits"""
+    case = {"num_params": 5e9, "layers": 24, "d_model": 2048, "world_size": 4, "tokens": 2048,
+            "memory_bytes": 20e9, "flop_per_sec": 312e12}
+    what, got = layout_of(parallel_layout, case, 300e9)
+    expect_layout_values(what, got, {"fsdp": {"fits": True}, "tp": {"fits": True}, "dp": {"fits": False}})

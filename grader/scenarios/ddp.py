@@ -4,7 +4,10 @@ Grading runs on one machine with no partner processes, so the world is simulated
 torch.distributed's group queries and all_reduce are replaced for the call (and put back after). Rank k of
 the simulated world holds (k + 1) times this rank's gradients, so an all-reduce with SUM of any tensor
 built linearly from the gradients (one per parameter, or all flattened into one bucket) multiplies it
-by 1 + 2 + ... + world_size, and the true average is known exactly.
+by 1 + 2 + ... + world_size, and the true average is known exactly. An all-reduce started with async_op=True
+behaves as gloo's does: it reads its tensor while it runs and its sum lands on `work.wait()`, so the
+scenario counts the works never waited on, and the tensors changed between the call and the wait (in a real
+run, a race with the all-reduce reading them).
 
 ddp_train runs for real (it starts its own processes); what its ranks did is recorded by the models
 grader.course.distributed.toy_model builds while the environment variable below names a folder (the ranks
@@ -20,7 +23,7 @@ import torch.distributed as dist
 from . import common
 
 _SUM = dist.ReduceOp.SUM if dist.is_available() else None
-_randn, _manual_seed = torch.randn, torch.manual_seed
+_randn, _manual_seed, _equal = torch.randn, torch.manual_seed, torch.equal
 _load, _listdir, _join = torch.load, os.listdir, os.path.join
 _RECORD_ENV = "GRADER_DDP_RECORD"  # grader.course.ddp_record.RECORD_ENV (this module may not import grader)
 
@@ -40,23 +43,36 @@ def average_in_fake_world(average_gradients, spec, world_size, seed, frozen=Fals
     before = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     total = sum(range(1, world_size + 1))
-    calls = []
+    calls, works = [], []
+
+    class _Work:
+        """An all-reduce in flight: it read `tensor` at the call; the sum is written into it on wait()."""
+
+        def __init__(self, tensor):
+            self.tensor, self.read, self.done, self.raced = tensor, tensor.detach().clone(), False, False
+
+        def wait(self, *a, **k):
+            if not self.done:
+                self.done = True
+                self.raced = not _equal(self.tensor.detach(), self.read)
+                with torch.no_grad():
+                    self.tensor.copy_(self.read * total)
+            return True
+
+        def is_completed(self):
+            return self.done
 
     def all_reduce(tensor, op=_SUM, group=None, async_op=False):
         if op != _SUM:
             raise RuntimeError(f"all_reduce with {op} is not supported by the gloo backend of every torch version: "
                                "all-reduce with ReduceOp.SUM, then divide by the world size")
         calls.append(tuple(tensor.shape))
-        with torch.no_grad():
-            tensor.mul_(total)
-
-        class _Done:
-            def wait(self, *a, **k):
-                return True
-
-            def is_completed(self):
-                return True
-        return _Done() if async_op else None
+        work = _Work(tensor)
+        if async_op:
+            works.append(work)
+            return work
+        work.wait()
+        return None
 
     fakes = {"is_available": lambda: True, "is_initialized": lambda: True,
              "get_world_size": lambda *a, **k: world_size, "get_rank": lambda *a, **k: 0, "all_reduce": all_reduce}
@@ -73,7 +89,8 @@ def average_in_fake_world(average_gradients, spec, world_size, seed, frozen=Fals
     error = "" if calls or all(g is None for g in before.values()) else \
         "it never called dist.all_reduce, so no other rank's gradient was added"
     del model
-    return {"before": before, "after": after, "params_unchanged": unchanged, "error": error, "calls": len(calls)}
+    return {"before": before, "after": after, "params_unchanged": unchanged, "error": error, "calls": len(calls),
+            "unwaited": sum(not w.done for w in works), "raced": sum(w.raced for w in works), "async": len(works)}
 
 
 def train_recorded(ddp_train, world_size, steps, lr, seed):
