@@ -2,7 +2,9 @@
 (public and hidden checks), plausible wrong ones must fail."""
 from __future__ import annotations
 
+import functools
 import io
+import math
 import os
 import pickle
 import random
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 from torch.utils.checkpoint import checkpoint_sequential as library_checkpoint_sequential  # bound before any check
 
 from grader.results import ERROR
@@ -211,6 +213,31 @@ def checkpointed_rounded(blocks, x, segments):
     return x
 
 
+def interval_sqrt(save_seconds, mtbf_seconds):
+    if not (save_seconds > 0 and mtbf_seconds > 0):
+        raise ValueError(f"times must be positive, got {save_seconds} and {mtbf_seconds}")
+    return math.sqrt(2 * save_seconds * mtbf_seconds)
+
+
+def interval_by_bisection(save_seconds, mtbf_seconds):
+    """Where the waste's slope, -C/T^2 + 1/(2M), turns positive, found by bisection on T (no closed form)."""
+    if min(save_seconds, mtbf_seconds) <= 0:
+        raise ValueError("save_seconds and mtbf_seconds must be > 0")
+    lo, hi = 0.0, 2.0 * (save_seconds + mtbf_seconds)
+    for _ in range(400):
+        mid = (lo + hi) / 2
+        if mid == lo or mid == hi:
+            break
+        lo, hi = (lo, mid) if 1 / (2 * mtbf_seconds) - save_seconds / mid ** 2 > 0 else (mid, hi)
+    return (lo + hi) / 2
+
+
+def interval_powers(save_seconds: float, mtbf_seconds: float) -> float:
+    if save_seconds <= 0 or mtbf_seconds <= 0:
+        raise ValueError("non-positive time")
+    return float((2.0 * save_seconds) ** 0.5 * mtbf_seconds ** 0.5)
+
+
 CORRECT = [
     ("adagrad", [AdaGradAddcmul]), ("adagrad", [AdaGradRsqrt]),
     ("save_checkpoint", [save_checkpoint_flat, load_checkpoint_flat]),
@@ -220,6 +247,8 @@ CORRECT = [
     ("safe_load", [safe_load_device]), ("safe_load", [safe_load_file]),
     ("load_matching", [matching_state_dict]), ("load_matching", [matching_loop]),
     ("checkpointed_forward", [checkpointed_array_split]), ("checkpointed_forward", [checkpointed_rounded]),
+    ("checkpoint_interval", [interval_sqrt]), ("checkpoint_interval", [interval_by_bisection]),
+    ("checkpoint_interval", [interval_powers]),
 ]
 
 
@@ -286,6 +315,13 @@ def _changes_grad(opt, group, p):
     g2.addcmul_(p.grad, p.grad)
     p.grad.div_((g2 + group["eps"]).sqrt())
     p.sub_(group["lr"] * p.grad)
+
+
+def _rebinds_data(opt, group, p):
+    """A new tensor put into p.data each step: the same Parameter object, other storage."""
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p))
+    g2 += p.grad ** 2
+    p.data = p.data - group["lr"] * p.grad / (g2 + group["eps"]).sqrt()
 
 
 def _float64_state(opt, group, p):
@@ -480,6 +516,19 @@ def _load_rng_beside(path, model, opt):
     return it
 
 
+def _loader_assigns(path, model, opt):
+    """load_state_dict(assign=True): the model gets the loaded tensors as new parameters, which the optimizer built
+    before never sees; it steps the old ones."""
+    ckpt = torch.load(path, weights_only=False)
+    model.load_state_dict(ckpt["model"], assign=True)
+    opt.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["torch"])
+    s = ckpt["numpy"]
+    np.random.set_state((s[0], np.array(s[1], dtype=np.uint32), *s[2:]))
+    random.setstate(ckpt["random"])
+    return ckpt["iteration"]
+
+
 # ---------------------------------------------------------------- plausible but wrong: files
 
 def atomic_in_place(obj, path):
@@ -586,6 +635,50 @@ def atomic_by_inductor(obj, path):
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     write_atomic(os.fspath(path), buffer.getvalue())
+
+
+def atomic_fsync_first(obj, path):
+    """Syncs the temporary file while it is still empty, then writes it (issue 26)."""
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            os.fsync(f.fileno())
+            torch.save(obj, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_fsync_mkstemp_fd(obj, path):
+    """Syncs mkstemp's descriptor at once and closes it, then torch.save writes the file by its name: unsynced."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".pt")
+    os.fsync(fd)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+
+
+def atomic_fsync_folder(obj, path):
+    """Syncs the folder (which makes the rename durable) instead of the file (whose bytes the rename publishes)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, "partial.tmp")  # torch.save refuses a file name that starts with a dot
+    try:
+        torch.save(obj, tmp)
+    except BaseException:
+        os.remove(tmp)
+        raise
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def atomic_returns_path(obj, path):
@@ -824,9 +917,85 @@ class _AlwaysClose(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+def _save_everything(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE
+
+
+def _save_matmuls(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default) \
+        else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _checkpointed_with_policy(policy):
+    """Each segment checkpointed with a selective-checkpointing policy: recomputed in the backward, yet what the
+    policy saves stays alive from the forward."""
+    def checkpointed_forward(blocks, x, segments):
+        for part in _segments(blocks, segments):
+            x = checkpoint(_run(part), x, use_reentrant=False,
+                           context_fn=functools.partial(create_selective_checkpoint_contexts, policy))
+        return x
+    return checkpointed_forward
+
+
+def checkpointed_keeps_a_list(blocks, x, segments):
+    """Keeps every block's output in a list the segment function closes over: the checkpoint keeps the function,
+    so the list, alive until the backward."""
+    outputs = []
+
+    def run(part):
+        def f(h):
+            for b in part:
+                h = b(h)
+                outputs.append(h)
+            return h
+        return f
+    for part in _segments(blocks, segments):
+        x = checkpoint(run(part), x, use_reentrant=False)
+    return x
+
+
 def checkpointed_lying(blocks, x, segments):
     y = checkpointed_plain(blocks, x, segments)
     return torch.zeros(y.shape).requires_grad_().as_subclass(_AlwaysClose)
+
+
+def _positive(save_seconds, mtbf_seconds):
+    if save_seconds <= 0 or mtbf_seconds <= 0:
+        raise ValueError("times must be positive")
+
+
+def interval_without_two(save_seconds, mtbf_seconds):
+    _positive(save_seconds, mtbf_seconds)
+    return math.sqrt(save_seconds * mtbf_seconds)
+
+
+def interval_daly(save_seconds, mtbf_seconds):
+    _positive(save_seconds, mtbf_seconds)
+    return math.sqrt(2 * save_seconds * mtbf_seconds) - save_seconds
+
+
+def interval_in_minutes(save_seconds, mtbf_seconds):
+    _positive(save_seconds, mtbf_seconds)
+    return math.sqrt(2 * save_seconds * mtbf_seconds) / 60
+
+
+def interval_ratio(save_seconds, mtbf_seconds):
+    _positive(save_seconds, mtbf_seconds)
+    return math.sqrt(2 * mtbf_seconds / save_seconds)  # not a time at all
+
+
+def interval_rounded(save_seconds, mtbf_seconds):
+    _positive(save_seconds, mtbf_seconds)
+    return round(math.sqrt(2 * save_seconds * mtbf_seconds))  # whole seconds
+
+
+def interval_tensor(save_seconds, mtbf_seconds):
+    _positive(save_seconds, mtbf_seconds)
+    return torch.sqrt(torch.tensor(2.0 * save_seconds * mtbf_seconds))
+
+
+def interval_unchecked(save_seconds, mtbf_seconds):
+    return math.sqrt(2 * abs(save_seconds) * abs(mtbf_seconds))
 
 
 W = Wrong
@@ -843,6 +1012,8 @@ WRONG = [
       "after step 2: 6 of 6 values differ"),  # this step's squared gradient only, no running sum
     W("adagrad", _adagrad(_update_before_accumulating), "one_parameter",
       "after step 1: 6 of 6 values differ"),  # updates with last step's sum (divides by sqrt(eps) at step 1)
+    W("adagrad", _adagrad(_rebinds_data), "updates_in_place_grad_untouched",
+      "new storage (p.data = ...)"),  # the same Parameter, new storage: a state_dict taken before misses the step
     W("adagrad", _adagrad(_float64_state), "one_parameter",
       "state['g2'] has dtype torch.float64, expected torch.float32"),  # the state in float64
     W("adagrad", AdaGradNoneCrash, "groups_and_missing_grads", "'NoneType'", status=ERROR),  # p.grad may be None
@@ -875,11 +1046,19 @@ WRONG = [
       "write exactly one file, at path"),  # a second file
     W("save_checkpoint", (_saver(raw_numpy=True), _loader_default), "resumes_bit_identically",
       "store it as a tensor"),  # numpy array, weights_only load
+    W("save_checkpoint", (_saver(), _loader_assigns), "resumes_bit_identically",
+      "load_state_dict(..., assign=True) replaces them"),  # the optimizer steps the parameters the model dropped
     # atomic_save
     W("atomic_save", atomic_in_place, "crash_keeps_the_old_file", "writing into path itself"),
     W("atomic_save", atomic_no_cleanup, "crash_keeps_the_old_file", "remove the temporary file"),
     W("atomic_save", atomic_in_tmp, "temporary_in_the_same_folder", "outside path's folder"),  # in /tmp
     W("atomic_save", atomic_no_fsync, "temporary_in_the_same_folder", "no os.fsync before os.replace"),
+    W("atomic_save", atomic_fsync_first, "temporary_in_the_same_folder",
+      "fsynced when it held 0 bytes"),  # fsync of the empty file, then the write (issue 26)
+    W("atomic_save", atomic_fsync_mkstemp_fd, "temporary_in_the_same_folder",
+      "os.fsync after the last write"),  # mkstemp's descriptor synced at once, the file written later by name
+    W("atomic_save", atomic_fsync_folder, "temporary_in_the_same_folder",
+      "was not of the temporary file"),  # the folder synced, not the file
     W("atomic_save", atomic_swallows, "crash_keeps_the_old_file",
       "but atomic_save returned normally"),  # the exception swallowed
     W("atomic_save", atomic_wraps, "crash_keeps_the_old_file",
@@ -888,6 +1067,15 @@ WRONG = [
       "writing into path itself"),  # in place: a real crash leaves no chance to restore
     W("atomic_save", atomic_copy_over, "temporary_in_the_same_folder",
       "no os.replace(temporary, path) was seen"),  # copies into path: not atomic
+    # checkpoint_interval
+    W("checkpoint_interval", interval_without_two, "one_minute_save_one_failure_a_day", "the factor 2 under the root"),
+    W("checkpoint_interval", interval_daly, "one_minute_save_one_failure_a_day", "Daly's higher-order correction"),
+    W("checkpoint_interval", interval_daly, "grows_as_square_roots", "should double"),
+    W("checkpoint_interval", interval_in_minutes, "one_minute_save_one_failure_a_day", "in minutes"),
+    W("checkpoint_interval", interval_ratio, "minimizes_the_waste", "wastes less"),  # sqrt(2M/C): no time
+    W("checkpoint_interval", interval_rounded, "one_minute_save_one_failure_a_day",
+      "rounded to whole seconds"),  # whole seconds
+    W("checkpoint_interval", interval_tensor, "one_minute_save_one_failure_a_day", "return a Python float"),
     # safe_load
     W("safe_load", safe_load_unsafe, "refuses_code", "ran the code hidden"),  # weights_only=False
     W("safe_load", safe_load_fallback, "refuses_code", "never fall back"),  # weights_only=False when True refuses
@@ -929,6 +1117,12 @@ WRONG = [
       "should raise ValueError, but returned"),  # segments not checked
     W("checkpointed_forward", checkpointed_detached, "same_output_and_gradients",
       "returned a tensor that does not require grad"),
+    W("checkpointed_forward", _checkpointed_with_policy(_save_matmuls), "keeps_only_segment_boundaries",
+      "10.0 activations"),  # selective checkpointing saving every Linear's output: 8 of them, plus 2
+    W("checkpointed_forward", _checkpointed_with_policy(_save_everything), "keeps_only_segment_boundaries",
+      "16.0 activations"),  # a policy that saves everything: recomputed, yet nothing freed
+    W("checkpointed_forward", checkpointed_keeps_a_list, "keeps_only_segment_boundaries",
+      "8.0 activations"),  # every block's output held in a list the checkpoint keeps alive
     W("checkpointed_forward", checkpointed_lying, "same_output_and_gradients",
       "returned _AlwaysClose, not a tensor"),  # a tensor that claims to equal anything
 ]
@@ -970,6 +1164,8 @@ REQUIRED = [
     W("adagrad", AdaGradClosureNoGrad, "step_with_a_closure", "torch.enable_grad()"),  # ...with gradients enabled
     W("adagrad", _adagrad(_changes_grad), "updates_in_place_grad_untouched", "do not modify it"),  # p.grad unchanged
     W("atomic_save", atomic_returns_path, "replaces_the_file", "return None"),
+    W("atomic_save", atomic_fsync_first, "temporary_in_the_same_folder", "after the last write"),  # fsync after writing
+    W("checkpoint_interval", interval_unchecked, "refuses_non_positive_times", "should raise ValueError"),
     W("safe_load", safe_load_no_map_location, "loads_a_gpu_file_onto_the_cpu", 'map_location="cpu"'),
     W("safe_load", safe_load_default, "refuses_code_whatever_the_default", "pass weights_only=True explicitly"),
     W("checkpointed_forward", checkpointed_no_rng, "dropout_draws_the_same_mask",
@@ -1007,7 +1203,8 @@ def _stub(*args):
 
 
 @pytest.mark.parametrize("name,count", [("adagrad", 1), ("save_checkpoint", 2), ("atomic_save", 1), ("safe_load", 1),
-                                        ("load_matching", 1), ("checkpointed_forward", 1)])
+                                        ("load_matching", 1), ("checkpointed_forward", 1),
+                                        ("checkpoint_interval", 1)])
 def test_stubs_are_not_implemented_and_score_nothing(name, count):
     """A stub is `not_implemented` in every check, even where a scenario records the student's exceptions as data."""
     objs = [AdaGradStub] if name == "adagrad" else [_stub] * count
@@ -1018,7 +1215,7 @@ def test_stubs_are_not_implemented_and_score_nothing(name, count):
 
 # ---------------------------------------------------------------- the same in a grading kernel
 
-KERNEL_IMPORTS = ("import os, pickle, random, shutil, tempfile\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
+KERNEL_IMPORTS = ("import math, os, pickle, random, shutil, tempfile\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
                   "import torch.nn.functional as F\nfrom torch.utils.checkpoint import checkpoint\n")
 KERNEL_WRONG = '''
 def atomic_in_place(obj, path):
@@ -1105,16 +1302,50 @@ def atomic_by_inductor(obj, path):
     torch.save(obj, buffer)
     write_atomic(os.fspath(path), buffer.getvalue())
 
+def atomic_fsync_first(obj, path):
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            os.fsync(f.fileno())
+            torch.save(obj, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+def checkpointed_keeps_a_list(blocks, x, segments):
+    outputs = []
+    blocks = list(blocks)
+    size, extra = divmod(len(blocks), segments)
+    start = 0
+    for s in range(segments):
+        part = blocks[start:start + size + (s < extra)]
+        start += len(part)
+        def f(h, part=part):
+            for b in part:
+                h = b(h)
+                outputs.append(h)
+            return h
+        x = checkpoint(f, x, use_reentrant=False)
+    return x
+
+def interval_daly(save_seconds, mtbf_seconds):
+    if save_seconds <= 0 or mtbf_seconds <= 0:
+        raise ValueError("times must be positive")
+    return (2 * save_seconds * mtbf_seconds) ** 0.5 - save_seconds
+
 def stub(*args):
     raise NotImplementedError
 '''
 SOLVED = {"adagrad": ["AdaGrad"], "save_checkpoint": ["save_checkpoint", "load_checkpoint"],
           "atomic_save": ["atomic_save"], "safe_load": ["safe_load"], "load_matching": ["load_matching"],
-          "checkpointed_forward": ["checkpointed_forward"]}
+          "checkpointed_forward": ["checkpointed_forward"], "checkpoint_interval": ["checkpoint_interval"]}
 KERNEL_WRONG_NAMES = [("adagrad", ["AdaGradOutside"]), ("save_checkpoint", ["save_without_rng", "load_without_rng"]),
                       ("save_checkpoint", ["save_checkpoint", "load_one_late"]), ("atomic_save", ["atomic_in_place"]),
                       ("atomic_save", ["atomic_in_tmp"]), ("safe_load", ["safe_load_fallback"]),
-                      ("load_matching", ["matching_by_name"]), ("checkpointed_forward", ["checkpointed_last_plain"])]
+                      ("load_matching", ["matching_by_name"]), ("checkpointed_forward", ["checkpointed_last_plain"]),
+                      ("checkpoint_interval", ["interval_daly"])]
 
 
 @pytest.fixture(scope="module")
@@ -1151,7 +1382,7 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
     for name, names in KERNEL_WRONG_NAMES:
         assert not all(r.passed for r in grade_in_kernel(kernel_bridge, name, names)), (name, names)
     for name, count in [("adagrad", 1), ("save_checkpoint", 2), ("atomic_save", 1), ("safe_load", 1),
-                        ("load_matching", 1), ("checkpointed_forward", 1)]:
+                        ("load_matching", 1), ("checkpointed_forward", 1), ("checkpoint_interval", 1)]:
         names = ["AdaGradStub"] if name == "adagrad" else ["stub"] * count
         statuses = {r.status for r in grade_in_kernel(kernel_bridge, name, names)}
         assert statuses == {"not_implemented"}, (name, statuses)
@@ -1160,6 +1391,12 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
                                ("atomic_save", ["atomic_by_inductor"], "not call torch._inductor.codecache.write_atomic")]:
         messages = " | ".join(r.message for r in grade_in_kernel(kernel_bridge, name, names) if not r.passed)
         assert words in messages, (name, messages)
+    # what the scenarios measure crosses the bridge: a file's identity at fsync and at rename, the bytes a forward kept
+    for name, names, check, words in [
+            ("atomic_save", ["atomic_fsync_first"], "temporary_in_the_same_folder", "fsynced when it held 0 bytes"),
+            ("checkpointed_forward", ["checkpointed_keeps_a_list"], "keeps_only_segment_boundaries", "8.0 activations")]:
+        results = {r.name: r for r in grade_in_kernel(kernel_bridge, name, names)}
+        assert not results[check].passed and words in results[check].message, (name, results[check].message)
     kernel_bridge.probe()
     assert not kernel_bridge.tampered, kernel_bridge.tampered
 

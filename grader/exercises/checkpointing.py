@@ -6,12 +6,13 @@ hands back here: every expected value is computed in this module, from the formu
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import torch
 
-from grader.expect import describe, expect, expect_tensor, fail
+from grader.expect import describe, expect, expect_raises, expect_tensor, fail
 from grader.registry import exercise
 from grader.runner import forbidden_message
 from grader.scenario import run_scenario
@@ -37,6 +38,7 @@ ADAGRAD_SHORTCUTS = ("torch.optim.Adagrad.step", "torch.optim._functional.adagra
 ADAGRAD = exercise("checkpointing.adagrad", points=3, needs=("AdaGrad",), forbid=ADAGRAD_SHORTCUTS)
 SAVE_CHECKPOINT = exercise("checkpointing.save_checkpoint", points=4, needs=("save_checkpoint", "load_checkpoint"))
 ATOMIC_SAVE = exercise("checkpointing.atomic_save", points=3)
+CHECKPOINT_INTERVAL = exercise("checkpointing.checkpoint_interval", points=2)
 SAFE_LOAD = exercise("checkpointing.safe_load", points=2)
 LOAD_MATCHING = exercise("checkpointing.load_matching", points=3)
 CHECKPOINTED_FORWARD = exercise("checkpointing.checkpointed_forward", points=3,
@@ -207,6 +209,10 @@ def expect_in_place(AdaGrad, shapes: list[tuple[int, ...]], steps: int) -> None:
     out = run_scenario(scenarios.adagrad_steps, AdaGrad, groups, {"lr": 0.1, "eps": 1e-10}, grads)
     expect(out["same_objects"], "AdaGrad's param_groups no longer hold the parameters it was given: update them "
                                 "in place (p.sub_ under torch.no_grad())")
+    moved = [i for i, same in enumerate(out["same_storage"]) if not same]
+    expect(not moved, f"AdaGrad.step() gave parameter {moved[0] if moved else ''} new storage (p.data = ...): update "
+                      "it in place (p.sub_ or p -= ... under torch.no_grad()), so that whatever shares its memory, "
+                      "such as a state_dict() taken before the step, sees the step")
     for k, step in enumerate(out["steps"]):
         for i, g in enumerate(grads[k]):
             expect(bit_equal(step["grads"][i], g),
@@ -278,6 +284,10 @@ def expect_resumed(out: dict, spec: list, optimizer: str, sources: tuple[str, ..
         fail(f"{how}: load_checkpoint returned {out['start']} for a checkpoint saved with iteration={n} (after {n} "
              f"steps); return the saved iteration itself, so that range(load_checkpoint(...), total) runs the "
              f"{m} remaining steps")
+    if not out.get("params_kept", True):
+        fail(f"{how}: after load_checkpoint the model's parameters are no longer the ones the optimizer holds "
+             "(load_state_dict(..., assign=True) replaces them), so the optimizer steps tensors the model dropped: "
+             "load into the model's own tensors, in place (load_state_dict without assign)")
     for name, want in out["whole"].items():
         got = out["resumed"].get(name)
         if not bit_equal(got, want):
@@ -398,7 +408,8 @@ def expect_own_rename(op: dict) -> None:
 
 
 def expect_published_by_rename(out: dict, how: str) -> None:
-    """Each successful save renamed a temporary file of path's folder onto path, after an fsync."""
+    """Each successful save renamed a temporary file of path's folder onto path, after an fsync of that file
+    complete."""
     path = os.path.normpath(out["path"])
     for k, op in enumerate(out["ops"]):
         if op["kind"] != "save" or op["raised"]:
@@ -412,9 +423,30 @@ def expect_published_by_rename(out: dict, how: str) -> None:
         if os.path.dirname(os.path.normpath(src)) != os.path.dirname(path):
             fail(f"{what}: the temporary file was {src!r}, outside path's folder: os.replace is atomic only within "
                  "one filesystem (and fails across two), so create the temporary file next to path")
-        if not any(e[0] == "fsync" for e in op["events"][:i]):
+        syncs = [e for e in op["events"][:i] if e[0] == "fsync"]
+        if not syncs:
             fail(f"{what}: no os.fsync before os.replace: flush the temporary file and os.fsync(f.fileno()) so its "
                  "bytes are on disk before the rename makes it the checkpoint")
+        expect_synced_when_complete(syncs, renames[-1][1], what)
+
+
+def expect_synced_when_complete(syncs: list[tuple], rename: tuple, what: str) -> None:
+    """Some fsync before the rename was of the very file renamed onto path, with every byte of it written: an fsync
+    of an empty or half-written temporary file, or of another file (the folder), leaves the checkpoint's bytes
+    in the cache."""
+    renamed = rename[4] if len(rename) > 4 else None
+    if renamed is None:  # the renamed file could not be looked at: any fsync before the rename will do
+        return
+    seen = [e[1] for e in syncs if len(e) > 1 and e[1] is not None]
+    if any(tuple(s) == tuple(renamed) for s in seen):
+        return
+    same_file = [s for s in seen if tuple(s[:2]) == tuple(renamed[:2])]
+    if same_file:
+        fail(f"{what}: the temporary file was fsynced when it held {same_file[-1][2]} bytes, and written after "
+             f"that ({renamed[2]} bytes when renamed): os.fsync after the last write (torch.save, then "
+             "f.flush() and os.fsync(f.fileno())), or the bytes written since may still be only in the cache")
+    fail(f"{what}: the os.fsync before os.replace was not of the temporary file renamed onto path (the folder, or "
+         "another file): os.fsync(f.fileno()) of the temporary file itself, after writing it")
 
 
 @ATOMIC_SAVE.check
@@ -445,12 +477,93 @@ def a_path_and_no_file_yet(atomic_save):
 
 @ATOMIC_SAVE.check
 def temporary_in_the_same_folder(atomic_save):
-    """the new file is written next to path, fsynced, then os.replace'd onto path"""
+    """the new file is written next to path, fsynced once complete, then os.replace'd onto path"""
     existing = payload(0)
     ops = [("save", payload(1))]
     out = run_atomic(atomic_save, ops, existing)
     expect_atomic(out, ops, existing, "a folder holding model.pt")
     expect_published_by_rename(out, "a folder holding model.pt")
+
+
+# ---------------------------------------------------------------- checkpoint_interval
+
+def expect_seconds(value: Any, what: str) -> float:
+    """A Python number (int or float, not a bool, a tensor or a NumPy scalar), finite and positive."""
+    if type(value) not in (int, float):
+        hint = "; return a Python float (math.sqrt)" if isinstance(value, _Tensor) or \
+            type(value).__module__ == "numpy" else ""
+        fail(f"{what} should be a Python float, got {describe(value)}{hint}")
+    if not math.isfinite(value) or value <= 0:
+        fail(f"{what} should be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def interval_of(checkpoint_interval, save: float, mtbf: float) -> float:
+    what = f"checkpoint_interval({save!r}, {mtbf!r})"
+    return expect_seconds(checkpoint_interval(save, mtbf), what)
+
+
+def expect_interval(got: float, want: float, save: float, mtbf: float, rel: float = 1e-6) -> None:
+    """got is want, sqrt(2 * save * mtbf) in seconds; a known slip is named."""
+    what = f"checkpoint_interval({save!r}, {mtbf!r})"
+    if math.isclose(got, want, rel_tol=rel):
+        return
+    slips = [(want / math.sqrt(2), "sqrt(save_seconds * mtbf_seconds): the factor 2 under the root is missing"),
+             (want - save, "sqrt(2 * save_seconds * mtbf_seconds) - save_seconds, Daly's higher-order correction: "
+                           "this exercise asks for the first-order optimum itself"),
+             (want / 60, "the interval in minutes: return seconds, the unit of the arguments"),
+             (want / 3600, "the interval in hours: return seconds, the unit of the arguments"),
+             (float(round(want)), "the interval rounded to whole seconds: return it as it is")]
+    for value, slip in slips:
+        if math.isclose(got, value, rel_tol=rel):
+            fail(f"{what} returned {got:.6g} = {slip}; expected {want:.6g}")
+    fail(f"{what} returned {got!r}, expected {want!r} (seconds)")
+
+
+def first_order_waste(interval: float, save: float, mtbf: float) -> float:
+    """The fraction of time lost, to first order: saving (save / interval) and, per failure, half an interval of
+    work done again (interval / (2 * mtbf))."""
+    return save / interval + interval / (2 * mtbf)
+
+
+@CHECKPOINT_INTERVAL.check
+def one_minute_save_one_failure_a_day(checkpoint_interval):
+    """a 60 s save and a failure a day (MTBF 86,400 s): checkpoint every 3,219.9 s, sqrt(2 * 60 * 86,400)"""
+    for save, mtbf, want in [(60, 86400, 3219.937887599697), (10, 3600, 268.32815729997475), (1, 2, 2.0),
+                             (0.5, 50.0, 7.0710678118654755)]:
+        expect_interval(interval_of(checkpoint_interval, save, mtbf), want, save, mtbf)
+
+
+@CHECKPOINT_INTERVAL.check
+def minimizes_the_waste(checkpoint_interval):
+    """it minimizes the time lost, save/T + T/(2 MTBF) (saving, and work redone after failures): 1% off loses more"""
+    for save, mtbf in [(30, 7200), (300, 604800), (2.5, 1e6)]:
+        got = interval_of(checkpoint_interval, save, mtbf)
+        waste = first_order_waste(got, save, mtbf)
+        for other in (got * 0.99, got / 0.99):
+            if first_order_waste(other, save, mtbf) < waste:
+                fail(f"checkpoint_interval({save!r}, {mtbf!r}) returned {got:.6g} s, but checkpointing every "
+                     f"{other:.6g} s wastes less: {first_order_waste(other, save, mtbf):.6g} of the time against {waste:.6g} "
+                     "(save / interval spent saving, interval / (2 * mtbf) redone after failures)")
+
+
+@CHECKPOINT_INTERVAL.check
+def grows_as_square_roots(checkpoint_interval):
+    """4x the MTBF, or a save 4x as long, doubles the interval"""
+    save, mtbf = 45.0, 36000.0
+    base = interval_of(checkpoint_interval, save, mtbf)
+    for args, change in [((save, 4 * mtbf), "4x the MTBF"), ((4 * save, mtbf), "a save 4x as long")]:
+        got = interval_of(checkpoint_interval, *args)
+        expect(math.isclose(got / base, 2.0, rel_tol=1e-6),
+               f"checkpoint_interval{args} / checkpoint_interval({save!r}, {mtbf!r}) = {got / base:.6g}: with "
+               f"{change} the interval should double (it grows as the square root of each)")
+
+
+@CHECKPOINT_INTERVAL.check
+def refuses_non_positive_times(checkpoint_interval):
+    """a save time or an MTBF of zero or below raises ValueError"""
+    for args in [(0, 3600), (-5, 3600), (10, 0), (10, -1.0)]:
+        expect_raises(ValueError, lambda args=args: checkpoint_interval(*args), f"checkpoint_interval{args}")
 
 
 # ---------------------------------------------------------------- safe_load
@@ -685,7 +798,7 @@ def _runs(calls: list[int]) -> list[list[int]]:
 
 def expect_checkpointed(checkpointed_forward, specs: list[list], seed: int, segments: int, how: str,
                         as_sequential: bool = False, x_requires_grad: bool = True, batch: int = 5,
-                        check_recompute: bool = True) -> None:
+                        check_recompute: bool = True, check_kept: bool = False) -> None:
     x = torch.randn(batch, _widths(specs[0])[0])
     g = torch.randn(batch, _widths(specs[-1])[-1])
     want = plain_reference(specs, seed, x, g, x_requires_grad)
@@ -717,6 +830,20 @@ def expect_checkpointed(checkpointed_forward, specs: list[list], seed: int, segm
              f"in order: {list(range(n))}")
     if check_recompute:
         expect_recomputed(out["backward_calls"], n, segments, what)
+    if check_kept:
+        expect_kept_boundaries(out["kept"], n, segments, batch * _widths(specs[-1])[-1] * 4, what)
+
+
+def expect_kept_boundaries(kept: int, n: int, segments: int, activation: int, what: str) -> None:
+    """After the forward, of the tensors it made only the inputs of segments 2..s and the output stay alive: s
+    activations (blocks of one width), one more allowed (a copy of x), and 8 KiB per segment for RNG states."""
+    if kept > (segments + 1) * (activation + 8192):
+        fail(f"{what}: once it returned, {kept / activation:.1f} activations of the tensors it made were still "
+             f"alive ({kept:,} bytes; one activation is {activation:,}). Checkpointing keeps only each later "
+             f"segment's input and the output, {segments} here, where a plain forward keeps one per block or more "
+             f"({n}+): "
+             "something keeps the segments' insides anyway (a context_fn policy that saves them, a list that "
+             "holds them)")
 
 
 def expect_recomputed(calls: list[int], n: int, segments: int, what: str) -> None:
@@ -753,6 +880,13 @@ def one_segment_and_one_per_block(checkpointed_forward):
     """segments=1 (one checkpoint around everything) and segments=len(blocks) (one per block)"""
     expect_checkpointed(checkpointed_forward, tanh_blocks(5), 3, 1, "Linear + Tanh")
     expect_checkpointed(checkpointed_forward, tanh_blocks(5), 4, 5, "Linear + Tanh")
+
+
+@CHECKPOINTED_FORWARD.check
+def keeps_only_segment_boundaries(checkpointed_forward):
+    """8 blocks in 2 segments: the forward leaves 2 activations alive (a boundary and the output), not one a block"""
+    expect_checkpointed(checkpointed_forward, tanh_blocks(8, 64), 9, 2, "Linear(64, 64) + Tanh", batch=256,
+                        check_kept=True)
 
 
 @CHECKPOINTED_FORWARD.check

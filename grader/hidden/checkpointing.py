@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import torch
 
-from grader.exercises.checkpointing import (ADAGRAD, ATOMIC_SAVE, CHECKPOINTED_FORWARD, DROPOUT_MLP, EVERYTHING,
-                                            LOAD_MATCHING, NEW_HEAD, PLAIN_MLP, PRETRAINED, SAFE_LOAD, SAVE_CHECKPOINT,
-                                            _grads, expect_adagrad, expect_adagrad_resume, expect_adagrad_state_dict,
-                                            expect_atomic, expect_checkpointed, expect_in_place,
-                                            expect_loads, expect_matching, expect_one_loadable_file,
-                                            expect_published_by_rename, expect_refuses, expect_resumed,
-                                            optimizer_state_like, payload, run_atomic, run_resume, tanh_blocks,
-                                            trained_state)
+import math
+
+from grader.exercises.checkpointing import (ADAGRAD, ATOMIC_SAVE, CHECKPOINT_INTERVAL, CHECKPOINTED_FORWARD,
+                                            DROPOUT_MLP, EVERYTHING, LOAD_MATCHING, NEW_HEAD, PLAIN_MLP, PRETRAINED,
+                                            SAFE_LOAD, SAVE_CHECKPOINT, _grads, expect_adagrad, expect_adagrad_resume,
+                                            expect_adagrad_state_dict, expect_atomic, expect_checkpointed,
+                                            expect_in_place, expect_interval, expect_loads, expect_matching,
+                                            expect_one_loadable_file, expect_published_by_rename, expect_refuses,
+                                            expect_resumed, interval_of, optimizer_state_like, payload, run_atomic,
+                                            run_resume, tanh_blocks, trained_state)
+from grader.expect import expect_raises
 from grader.inputs import randint, random_shape
 
 # ---------------------------------------------------------------- AdaGrad
@@ -151,6 +154,42 @@ def many_saves_leave_nothing(atomic_save):
     expect_published_by_rename(out, "a folder holding state.pt")
 
 
+# ---------------------------------------------------------------- checkpoint_interval
+
+def least_waste_interval(save: float, mtbf: float) -> float:
+    """The interval T minimizing save/T + T/(2 mtbf), by bisection on the sign of its slope in u = log T (the waste
+    is convex in u): an oracle that never uses the closed form."""
+    lo, hi = math.log(save * 1e-12 + 1e-300), math.log(mtbf * 1e12)
+    for _ in range(200):
+        u = (lo + hi) / 2
+        slope = math.exp(u) / (2 * mtbf) - save * math.exp(-u)
+        lo, hi = (lo, u) if slope > 0 else (u, hi)
+    return math.exp((lo + hi) / 2)
+
+
+@CHECKPOINT_INTERVAL.hidden
+def random_saves_and_failure_rates(checkpoint_interval):
+    """save times from 0.1 s to 3 h and MTBFs from an hour to three years, against the least-waste interval"""
+    for _ in range(12):
+        save = 10 ** (randint(-10, 40) / 10)
+        mtbf = 10 ** (randint(356, 800) / 100)
+        expect_interval(interval_of(checkpoint_interval, save, mtbf), least_waste_interval(save, mtbf), save, mtbf)
+
+
+@CHECKPOINT_INTERVAL.hidden
+def large_and_fractional_arguments(checkpoint_interval):
+    """a millisecond's save with an MTBF of 10^12 s, and fractional seconds: a float of seconds each time"""
+    for save, mtbf in [(1e-3, 1e12), (0.25, 0.75), (1234.5, 98765.4321), (7, 7)]:
+        expect_interval(interval_of(checkpoint_interval, save, mtbf), least_waste_interval(save, mtbf), save, mtbf)
+
+
+@CHECKPOINT_INTERVAL.hidden
+def refuses_zero_and_negative(checkpoint_interval):
+    """both arguments zero or negative, and float zeros, raise ValueError"""
+    for args in [(0, 0), (-1, -1), (0.0, 5.0), (5.0, -0.0), (-1e-9, 1e9)]:
+        expect_raises(ValueError, lambda args=args: checkpoint_interval(*args), f"checkpoint_interval{args}")
+
+
 # ---------------------------------------------------------------- safe_load
 
 @SAFE_LOAD.hidden
@@ -233,3 +272,11 @@ def more_segments_than_half(checkpointed_forward):
     """10 blocks in 4 segments (3 + 3 + 2 + 2) and 9 in 8 (2 + 1 + ... + 1)"""
     expect_checkpointed(checkpointed_forward, tanh_blocks(10, 5), 50, 4, "Linear + Tanh")
     expect_checkpointed(checkpointed_forward, tanh_blocks(9, 5), 51, 8, "Linear + Tanh", as_sequential=True)
+
+
+@CHECKPOINTED_FORWARD.hidden
+def keeps_boundaries_with_dropout(checkpointed_forward):
+    """9 blocks with dropout in 3 segments, as an nn.Sequential: after the forward only 3 activations stay alive"""
+    specs = [["Sequential", ["Linear", 48, 48], ["GELU"], ["Dropout", 0.3]] for _ in range(9)]
+    expect_checkpointed(checkpointed_forward, specs, 52, 3, "Linear(48, 48) + GELU + Dropout", as_sequential=True,
+                        batch=320, check_kept=True)

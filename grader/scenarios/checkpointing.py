@@ -11,7 +11,9 @@ state as tensors, folder listings as names, file contents as bytes, exceptions a
   "os.rename" (os.replace, os.rename, Path.replace and shutil.move all raise it, however they were imported),
   with the function that asked for it (past the standard library's file helpers: a torch function there is a
   library helper doing the whole job), and os.fsync / os.fdatasync are wrapped while the call runs (and put back
-  after).
+  after). Each event names its file by (device, inode, size, mtime_ns): an fsync's from fstat of its descriptor,
+  a rename's from stat of its source just before the rename, so a check can ask whether the file renamed onto
+  path was the file synced, with all its bytes already written.
 * A file "written on a GPU" is a CPU file whose tensors torch.save tagged cuda:0 (a tagger registered with
   torch.serialization.register_package for the save, removed after): torch.load needs map_location to read it
   on a CPU-only machine, and puts it on the GPU where there is one.
@@ -20,6 +22,7 @@ state as tensors, folder listings as names, file contents as bytes, exceptions a
 """
 import collections
 import contextlib
+import gc
 import io
 import os
 import pathlib
@@ -27,10 +30,13 @@ import random
 import shutil
 import sys
 import tempfile
+import weakref
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from . import common
 
@@ -55,9 +61,13 @@ _fspath, _fsdecode = os.fspath, os.fsdecode
 _mkdir = os.mkdir
 _Path = pathlib.Path
 _fsync, _fdatasync = os.fsync, getattr(os, "fdatasync", None)
+_fstat, _stat = os.fstat, os.stat
 _addaudithook = sys.addaudithook
 _getframe = sys._getframe
 _is_grad_enabled = torch.is_grad_enabled
+_tree_leaves, _finalize = tree_leaves, weakref.finalize
+_strided, _cpu = torch.strided, torch.device("cpu")
+_collect = gc.collect
 _register_package = torch.serialization.register_package
 _package_registry = torch.serialization._package_registry  # the list register_package appends to
 _environ = os.environ
@@ -66,7 +76,8 @@ _FORCE_NO_WEIGHTS_ONLY = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 # pathlib, shutil or tempfile). pathlib is a package from Python 3.13 on.
 _FILE_HELPERS = ("os", "posixpath", "ntpath", "genericpath", "shutil", "tempfile", "pathlib")
 
-# While atomic_save runs, WATCHING holds one list that receives ("rename", src, dst) and ("fsync",) events.
+# While atomic_save runs, WATCHING holds one list that receives ("rename", src, dst, by, file) and ("fsync", file)
+# events, file being _identity(...) of the file concerned.
 # Both are containers mutated in place (the grader notices a scenario module whose names are rebound).
 WATCHING = []
 _HOOKED = []
@@ -83,6 +94,12 @@ def _renamer():
     return f"{frame.f_globals.get('__name__', '?')}.{getattr(code, 'co_qualname', code.co_name)}"
 
 
+def _identity(st):
+    """A file as (device, inode, size in bytes, modification time in ns): equal before and after nothing was
+    written to it."""
+    return (int(st.st_dev), int(st.st_ino), int(st.st_size), int(st.st_mtime_ns))
+
+
 def _audit(event, args):
     if WATCHING and event == "os.rename":
         try:
@@ -90,9 +107,15 @@ def _audit(event, args):
         except Exception:
             by = "?"
         try:
-            WATCHING[-1].append(("rename", _fsdecode(_fspath(args[0])), _fsdecode(_fspath(args[1])), by))
+            src, dst = _fsdecode(_fspath(args[0])), _fsdecode(_fspath(args[1]))
         except Exception:  # a dir_fd-relative or odd argument: recorded as unreadable, never an error here
-            WATCHING[-1].append(("rename", "?", "?", by))
+            WATCHING[-1].append(("rename", "?", "?", by, None))
+            return
+        try:
+            renamed = _identity(_stat(src))
+        except Exception:
+            renamed = None
+        WATCHING[-1].append(("rename", src, dst, by, renamed))
 
 
 @contextlib.contextmanager
@@ -103,12 +126,18 @@ def _watch():
         _HOOKED.append(True)
     events = []
 
+    def synced(fd):
+        try:  # os.fsync takes a descriptor or an object with fileno()
+            return ("fsync", _identity(_fstat(fd if isinstance(fd, int) else fd.fileno())))
+        except Exception:  # not a file: the real call raises below
+            return ("fsync", None)
+
     def fsync(fd):
-        events.append(("fsync",))
+        events.append(synced(fd))
         return _fsync(fd)
 
     def fdatasync(fd):
-        events.append(("fsync",))
+        events.append(synced(fd))
         return _fdatasync(fd)
 
     WATCHING.append(events)
@@ -175,15 +204,20 @@ def _step(opt, params, step_grads):
 
 def adagrad_steps(AdaGrad, groups, kwargs, grads):
     """AdaGrad(groups built from plain tensors, **kwargs) stepped once per entry of `grads` (one gradient or None
-    per parameter, in group order): parameters, state["g2"] and .grad after each step, and the final state_dict."""
+    per parameter, in group order): parameters, state["g2"] and .grad after each step, the final state_dict, and
+    whether each parameter still has the storage it started with (an in-place update keeps it)."""
     opt, params = _adagrad(AdaGrad, groups, kwargs)
-    steps = []
+    storages = [p.untyped_storage().data_ptr() for p in params]
+    steps, kept = [], [True] * len(params)
     for step_grads in grads:
         _step(opt, params, step_grads)
         steps.append(_snapshot(opt, params))
+        # after each step: new storage made while the old one was alive has another address, then or never
+        kept = [k and p.untyped_storage().data_ptr() == s for k, p, s in zip(kept, params, storages)]
     stepped = [p for g in opt.param_groups for p in g["params"]]
     report = {"is_optimizer": isinstance(opt, _Optimizer), "steps": steps,
               "same_objects": len(stepped) == len(params) and all(a is b for a, b in zip(stepped, params)),
+              "same_storage": kept,
               "state_dict": opt.state_dict()}
     del opt, params, stepped
     return report
@@ -329,13 +363,16 @@ def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, source
                 raise
             except Exception as e:  # reported with the line that says what torch.load refused, if it did
                 load_error = _error(e)
+            stepped = [p for g in opt.param_groups for p in g["params"]]
+            params_kept = len(stepped) == len(list(model.parameters())) and all(
+                a is b for a, b in zip(stepped, model.parameters()))  # the optimizer still steps the model's own
             if type(start) is int and -10 <= start <= total + 10:
                 _train(model, opt, start, total, x0, y0, sources)
                 resumed = _values(model)
             report = {"whole": whole, "resumed": resumed, "start": start, "start_type": type(start).__name__,
                       "load_error": load_error, "listing": listing, "file": "checkpoint.pt",
-                      "weights_only_error": weights_only_error}
-            del model, opt, start
+                      "weights_only_error": weights_only_error, "params_kept": params_kept}
+            del model, opt, start, stepped
             return report
     finally:
         _rmtree(folder, ignore_errors=True)
@@ -562,9 +599,41 @@ def matching_run(load_matching, spec, seed, source, ordered):
 
 # ---------------------------------------------------------------- checkpointed_forward
 
+class _Allocations(TorchDispatchMode):
+    """The CPU tensor storages the operations inside the block create (views and in-place results create none),
+    and `alive`, the bytes of those not yet freed: what the block leaves behind, the tensors autograd saved with
+    it (a weakref finalizer fires when a storage is really freed, however many tensors shared it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = {}
+
+    @property
+    def alive(self):
+        return sum(self.live.values())
+
+    def _freed(self, key):
+        self.live.pop(key, None)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in _tree_leaves((args, kwargs))
+                  if isinstance(t, _Tensor) and t.layout == _strided}
+        for leaf in _tree_leaves(out):
+            if isinstance(leaf, _Tensor) and leaf.layout == _strided and leaf.device == _cpu:
+                storage = leaf.untyped_storage()
+                key = id(storage)
+                if key not in self.live and (storage.data_ptr() not in inputs or storage.nbytes() == 0):
+                    self.live[key] = storage.nbytes()
+                    _finalize(storage, self._freed, key)
+        return out
+
+
 def checkpoint_run(checkpointed_forward, specs, seed, x, g, segments, as_sequential, x_requires_grad):
     """checkpointed_forward(blocks built from specs, x, segments), then backward(g). Each block's forward is
-    wrapped to log its index: the calls made during the forward and during the backward (recomputation)."""
+    wrapped to log its index: the calls made during the forward and during the backward (recomputation). And
+    `kept`: the bytes of the tensors the forward made that are still alive when it has returned (the output, and
+    what autograd keeps for the backward)."""
     blocks = common.build_all(specs, seed)
     phase, calls = ["forward"], {"forward": [], "backward": []}
     for i, block in enumerate(blocks):
@@ -575,9 +644,12 @@ def checkpoint_run(checkpointed_forward, specs, seed, x, g, segments, as_sequent
     container = _Sequential(*blocks) if as_sequential else list(blocks)
     xin = x.detach().clone().requires_grad_(x_requires_grad)
     _manual_seed(seed + 1)
-    y = checkpointed_forward(container, xin, segments)
+    made = _Allocations()
+    with made:
+        y = checkpointed_forward(container, xin, segments)
+    _collect()
     report = {"y": y, "requires_grad": bool(getattr(y, "requires_grad", False)), "x_grad": None, "grads": {},
-              "forward_calls": list(calls["forward"]), "backward_calls": []}
+              "forward_calls": list(calls["forward"]), "backward_calls": [], "kept": made.alive}
     if isinstance(y, _Tensor) and y.requires_grad and tuple(y.shape) == tuple(g.shape):  # else the check names it
         phase[0] = "backward"
         y.backward(g)
