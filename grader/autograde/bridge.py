@@ -32,6 +32,7 @@ from grader import scenario as scenarios_api
 from grader import wire
 from grader.autograde import kernel_side
 from grader.autograde.kernel import Ended, Limits, NotebookKernel, Outcome
+from grader.autograde import warm
 from grader.autograde.sandbox import Isolation
 from grader.autograde.tamper import PROTECTED
 from grader.expect import CheckFailure
@@ -375,21 +376,30 @@ class KernelDidNotStart(RuntimeError):
 
 @contextmanager
 def grading_kernel(sources: list[str], cwd: Path, limits: Limits, *, isolation: Isolation | None = None,
-                   folder: Path | None = None, phases: dict[str, float] | None = None) -> Iterator[Bridge]:
+                   folder: Path | None = None, phases: dict[str, float] | None = None,
+                   ahead: NotebookKernel | None = None) -> Iterator[Bridge]:
     """A kernel that has run the notebook's cells once, with the bridge installed after every (re)start; the
-    seconds its start and its cells took are added to `phases`.
+    seconds its start and its cells took are added to `phases`. `ahead`: a kernel started ahead for this
+    notebook (warm.py), whose folder holds the notebook's files now. While this one runs, the next notebook's
+    kernel is started ahead.
 
     Everything it started is ended on the way out, whatever the body raised."""
     phases = phases if phases is not None else {}
     bridge: Bridge | None = None
-    kernel = NotebookKernel(sources, cwd, limits, setup=lambda k: bridge.setup(), isolation=isolation, folder=folder)
+    kernel = ahead or NotebookKernel(sources, cwd, limits, isolation=isolation, folder=folder)
+    kernel.adopt(sources, lambda k: bridge.setup())
     bridge = Bridge(kernel)
     try:
         started = time.monotonic()
         try:
-            kernel.start()
+            if ahead is not None:
+                kernel.go()
+                kernel.connect()
+            else:
+                kernel.start()
         except Exception as e:
             raise KernelDidNotStart(f"the grading kernel did not start: {type(e).__name__}: {e}") from e
+        warm.AHEAD.prepare(limits, isolation, Path(kernel.folder).parent.parent)
         ran = time.monotonic()
         kernel.run_cells()
         phases["start"] = phases.get("start", 0.0) + ran - started

@@ -32,7 +32,7 @@ from grader.autograde.adjust import Options, prepare
 from grader.autograde.canvas import collect_submissions
 from grader.autograde.classpage import write_class_report
 from grader.autograde.collect import Submission
-from grader.autograde import integrity
+from grader.autograde import integrity, warm
 from grader.autograde.kernel import Limits
 from grader.autograde.notebook import grade, whole_notebook
 from grader.autograde.records import NotebookRecord
@@ -170,6 +170,7 @@ def _worker_init(environ: dict[str, str], cwd: str) -> None:
     import torch
 
     sys.dont_write_bytecode = True
+    warm.AHEAD.enable()
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)

@@ -94,6 +94,18 @@ def limit(processes: int, file_size: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def wait_for(fifo: str, seconds: float) -> bool:
+    """Block until the grader writes a line to `fifo` (True), or `seconds` pass (False). Opened for reading and
+    writing, so that no writer yet is not an end of file (Linux's FIFOs allow it)."""
+    import select
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        ready, _, _ = select.select([fd], [], [], seconds)
+        return bool(ready) and bool(os.read(fd, 64))
+    finally:
+        os.close(fd)
+
+
 def unpack_stage(stage: str, folder: str) -> None:
     """Copy the notebook's starting files (its folder, the course data, $HOME) from the read-only `stage` into
     its own size-limited `folder`; the grader's exchange folder there is bound already and is left out."""

@@ -4,9 +4,11 @@ Before anything of the notebook's can run, in this order (confine.py does each s
 - with a kernel uid (`GRADER_KERNEL_UID`: the grader runs as root), drop to that unprivileged user for good;
 - install the seccomp filter (`GRADER_SECCOMP` names libseccomp): no mounts, namespaces, tracing, modules;
 - cap processes and threads (`GRADER_PROCESSES`), the size of any file (`GRADER_FILE_SIZE`), core dumps;
-- in a sandbox, copy the notebook's starting files from the read-only stage into its own size-limited folder
-  (`GRADER_STAGE` to `GRADER_FOLDER`) and work in `GRADER_CWD`;
-- import torch, then cap the address space (RLIMIT_AS) at what the start-up mapped plus `GRADER_MEMORY_LIMIT`.
+- import torch and ipykernel;
+- a kernel started ahead of its notebook (`GRADER_WAIT`) waits until the grader has put the notebook's files in
+  place; in a sandbox, copy them from the read-only stage into its own size-limited folder (`GRADER_STAGE` to
+  `GRADER_FOLDER`) and work in `GRADER_CWD`;
+- cap the address space (RLIMIT_AS) at what the start-up mapped plus `GRADER_MEMORY_LIMIT`.
 
 The memory limit is soft and hard, so student code cannot raise it; an allocation past it fails with MemoryError
 or torch's "can't allocate memory" instead of taking the machine. It counts what the notebook adds on top of
@@ -34,15 +36,20 @@ def address_space() -> int:
     return 0
 
 
-def _confine() -> None:
-    """Every step above that comes before torch, from the environment the grader set."""
+def _confine():
+    """Every step above that comes before torch, from the environment the grader set; the confine module, for
+    the steps after."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     try:
         import confine
     finally:
         sys.path.remove(here)
+    sys.modules.pop("confine", None)
     env = os.environ
+    nice = int(env.pop("GRADER_WAIT_NICE", "0"))
+    if nice:  # started ahead: it only uses what the machine leaves idle until the grader sets it back (kernel.go)
+        os.nice(nice)
     uid = env.pop("GRADER_KERNEL_UID", "")
     if uid:
         confine.drop_user(int(uid), int(env.pop("GRADER_KERNEL_GID")))
@@ -50,20 +57,33 @@ def _confine() -> None:
     if library:
         confine.filter_syscalls(library)
     confine.limit(int(env.pop("GRADER_PROCESSES", "0")), int(env.pop("GRADER_FILE_SIZE", "0")))
+    return confine
+
+
+def _enter_folder(confine) -> None:
+    """A kernel started ahead of its notebook waits here for the grader to put the notebook's files in place
+    (`GRADER_WAIT`, a FIFO); then, sandboxed, they are copied into the kernel's own folder and it moves there."""
+    env = os.environ
+    wait = env.pop("GRADER_WAIT", "")
+    if wait and not confine.wait_for(wait, WAIT_SECONDS):
+        sys.exit(0)  # no notebook came: the grading worker is gone
     stage = env.pop("GRADER_STAGE", "")
     if stage:
         confine.unpack_stage(stage, env.pop("GRADER_FOLDER"))
     cwd = env.pop("GRADER_CWD", "")
     if cwd:
         os.chdir(cwd)
-    sys.modules.pop("confine", None)
+
+
+WAIT_SECONDS = 3600  # how long a kernel started ahead waits for its notebook
 
 
 if __name__ == "__main__":
     # Started by file path, so the grader package is first imported inside the running kernel (where
     # `import grader` registers its cell magic). Neither this file's folder nor the notebook's folder may
-    # shadow torch or grader while the kernel starts (ipykernel_launcher drops the latter too).
-    _confine()
+    # shadow torch or grader while the kernel starts (ipykernel_launcher drops the latter too): the notebook's
+    # files are not even there until torch and ipykernel are imported.
+    confined = _confine()
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and sys.path[0] in ("", os.getcwd(), here):
         del sys.path[0]
@@ -79,6 +99,7 @@ if __name__ == "__main__":
     import torch  # noqa: F401  (every notebook imports it; counted in the baseline, not against the notebook)
     from ipykernel import kernelapp
 
+    _enter_folder(confined)
     limit = int(os.environ.get("GRADER_MEMORY_LIMIT", "0"))
     if limit > 0:
         total = address_space() + limit

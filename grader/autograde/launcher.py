@@ -95,9 +95,10 @@ class Launcher:
         km.owner = sandbox.user_ids(iso)
         return km
 
-    def fifo(self, n: int) -> str:
-        """The FIFO the kernel writes each finished request's number to, made for start number `n`."""
-        path = os.path.join(self.ipc, f"done-{n}")
+    def fifo(self, name: str) -> str:
+        """A FIFO in this start's sockets folder, the kernel's to open: the one it writes each finished request's
+        number to, or the one a kernel started ahead waits on."""
+        path = os.path.join(self.ipc, name)
         os.mkfifo(path, 0o600)
         ids = sandbox.user_ids(self.isolation) if self.isolation is not None else None
         if ids is not None:

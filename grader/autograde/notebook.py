@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 
 from grader import chapters, demonstrations
-from grader.autograde import tamper
+from grader.autograde import sandbox, tamper, warm
 from grader.autograde.bridge import Bridge, KernelDidNotStart, RemoteFunction, grading_kernel
 from grader.autograde.kernel import Ended, Limits, NotebookKernel, Outcome
 from grader.autograde.records import CheckRecord, ExerciseGrade, NotebookRecord
@@ -86,7 +86,7 @@ def scratch_copy(folder: Path, scratch: Path) -> Path:
     """The notebook's folder copied under `scratch/notebooks`, with the course's data/ beside it as in the repo:
     the student's world while graded (a sandboxed kernel can reach nothing else)."""
     work = scratch / "notebooks"
-    shutil.copytree(folder, work, symlinks=True,
+    shutil.copytree(folder, work, symlinks=True, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__MACOSX", ".git"))
     if (REPO / "data").is_dir():
         shutil.copytree(REPO / "data", scratch / "data", symlinks=True)
@@ -255,11 +255,17 @@ def _grade_cells(student: str, chapter: str, cells: Cells, folder: Path, scratch
     sources, numbers = cells.sources, cells.numbers
     exercises = course.of(chapters.key(chapter))
     tampered = tamper.scan(sources, numbers)
+    taken = warm.AHEAD.take(limits, isolation)  # a kernel started ahead for this notebook, in a folder of its own
+    ahead, top = taken if taken is not None else (None, None)
+    scratch = Path(ahead.folder) if ahead is not None else scratch
     scratch.mkdir(parents=True, exist_ok=True)
     scratch.parent.chmod(scratch.parent.stat().st_mode | 0o011)  # a kernel user passes through to its own folder
     cwd = scratch_copy(folder, scratch)
+    if ahead is not None and isolation is not None:
+        sandbox.own_folder(scratch, isolation)  # the files came after the kernel: theirs too
     try:
-        with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch, phases=phases) as bridge:
+        with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch, phases=phases,
+                            ahead=ahead) as bridge:
             checking = time.monotonic()
             grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch, course, salt)
             phases["checks"] = phases.get("checks", 0.0) + time.monotonic() - checking
@@ -267,6 +273,9 @@ def _grade_cells(student: str, chapter: str, cells: Cells, folder: Path, scratch
             tampered_in_hidden = bridge.tampered_in_hidden
     except KernelDidNotStart as e:  # still a recorded status
         return whole_notebook(student, chapter, CRASHED, str(e), course)
+    finally:
+        if top is not None:
+            shutil.rmtree(top, ignore_errors=True)
     named = {t.split(" replaces ", 1)[1] for t in tampered}
     tampered += [f"the notebook replaced {name}" for name in sorted(tampered_by_calls - named)]
     if tampered_in_hidden:
