@@ -3,7 +3,8 @@
 #   make test     set up (once) and run every test
 #   make student  regenerate notebooks/ from solutions/
 #   make release  build dist/student and dist/student.zip: notebooks and grader, without solutions or hidden checks
-#                 (COURSE_URL=where the zip will be published: adds the Colab set-up cell and the README's Colab route)
+#                 (COURSE_URL=where the zip will be published: adds the Colab set-up cell and the README's Colab route;
+#                 LANG=zh: in Simplified Chinese, into dist/student-zh and dist/student-zh.zip)
 #   make gradescope  build dist/autograder.zip, Gradescope's autograder (CHAPTERS=... for one assignment)
 #   make grade    grade SUBMISSIONS (default: the demo cohort) into OUT (default: grades/)
 #   make bench    timer accuracy (and, on a GPU, MFU) report; grading cost and parallel speed-up
@@ -76,8 +77,17 @@ student: $(STAMP)
 # make release COURSE_URL=https://github.com/ORG/REPO/releases/download/TAG/student.zip (or a file:// URL, a path);
 # Colab badges for a GitHub address, whose repository holds the release folder (dist/student) at TAG.
 COURSE_URL ?=
+# make release LANG=zh: the release in a translation (translations/zh/). LANG counts only when given on make's command
+# line: in the environment it is the locale (LANG=en_US.UTF-8), which must not pick the course's language.
+# RELEASE_LANG=zh is the same from anywhere (the environment included).
+ifeq ($(origin LANG),command line)
+RELEASE_LANG := $(LANG)
+unexport LANG  # so commands do not run under the locale "zh", which no system has (Python then uses UTF-8)
+endif
+RELEASE_LANG ?=
+RELEASE_AS := $(filter-out en,$(strip $(RELEASE_LANG)))
 release: $(STAMP)
-	$(PY) -m grader release --out dist/student $(if $(strip $(COURSE_URL)),--course-url "$(COURSE_URL)",)
+	$(PY) -m grader release $(if $(RELEASE_AS),--lang $(RELEASE_AS) --out dist/student-$(RELEASE_AS),--out dist/student)$(if $(strip $(COURSE_URL)), --course-url "$(COURSE_URL)",)
 
 # make gradescope [CHAPTERS=03_memory,04_flops]: Gradescope's autograder zip for an assignment (default: all chapters)
 gradescope: $(STAMP)

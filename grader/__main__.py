@@ -1,5 +1,5 @@
-"""`python -m grader <command>`: lab, test, grade, merge, mfu, student, release, demo, execute, gradescope,
-gradescope-run, similarity, selfcheck."""
+"""`python -m grader <command>`: lab, test, grade, merge, mfu, student, release, translate, demo, execute,
+gradescope, gradescope-run, similarity, selfcheck."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "student": ("generate notebooks/ from solutions/", "grader.authoring.student", "course authors"),
     "release": ("build the student release (no solutions, no hidden checks)", "grader.authoring.release",
                 "course authors"),
+    "translate": ("list, check and write the translations of the student release (translations/LANG/)",
+                  "grader.authoring.i18n.cli", "course authors"),
     "demo": ("regenerate the demo cohort in demo/submissions from solutions/", "grader.authoring.demo", "course authors"),
     "execute": ("run solution notebooks and save them with their outputs", "grader.authoring.execute", "course authors"),
     "gradescope": ("build Gradescope's autograder zip (dist/autograder.zip)", "grader.authoring.gradescope",

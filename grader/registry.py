@@ -80,7 +80,9 @@ def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None,
              forbid: tuple[str, ...] = ()) -> Exercise:
     """Declare an exercise; `needs` defaults to the part of the id after the chapter.
 
-    `forbid` names library functions that would do the exercise for the student; calling one fails the check.
+    `forbid` names library functions that would do the exercise for the student; calling one fails the check, under
+    any name or route (grader/guard.py refuses each by identity). A malformed entry is an error here; one this torch
+    lacks is skipped when checking (it cannot be called).
     """
     if id.count(".") != 1:
         raise ValueError(f"exercise id must be '<chapter>.<name>', got {id!r}")
@@ -90,6 +92,14 @@ def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None,
         needs = (id.split(".", 1)[1],)
     elif isinstance(needs, str):
         needs = (needs,)
+    if isinstance(forbid, str):
+        raise ValueError(f"{id}: forbid must be a tuple of dotted names, got the string {forbid!r}")
+    if forbid:
+        from grader.guard import check_names  # imports torch: only where an exercise forbids something
+        try:
+            check_names(forbid)
+        except ValueError as e:
+            raise ValueError(f"{id}: {e}") from None
     ex = Exercise(id=id, points=points, needs=tuple(needs), title=title or id.split(".", 1)[1],
                   forbid=tuple(forbid), module=sys._getframe(1).f_globals.get("__name__", ""))
     _DECLARED[id] = ex

@@ -14,16 +14,17 @@ import signal
 import threading
 import time
 import zlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
 
-from grader import registry, wire
+from grader import guard, registry, wire
 from grader.expect import CheckFailure, describe
 from grader.registry import Check, Exercise, Registry
 from grader.results import (CRASHED, ERROR, FAILED, MEMORY, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT,
                             CheckResult, ExerciseResult)
+from grader.scenario import current_trace
 
 _GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIB_DIRS = tuple({os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.__file__),
@@ -52,46 +53,56 @@ def forbidden_message(exercise: Exercise, dotted: str) -> str:
     return f"{exercise.name} must do this itself, not call {dotted}"
 
 
-@contextlib.contextmanager
-def forbidding(exercise: Exercise) -> Iterator[None]:
-    """Replace each of the exercise's forbidden functions with one that fails the check, then put them back."""
-    def refuse(dotted: str) -> Any:
-        def refused(*args: Any, **kwargs: Any) -> None:
-            raise CheckFailure(forbidden_message(exercise, dotted))
-        return refused
+def guarding(exercise: Exercise, roots: tuple[Any, ...] = ()) -> guard.Guard:
+    """The guard of one call into the student's code (grader/guard.py): the exercise's forbidden calls refused with
+    a CheckFailure that names them, and the trace a check asked for (`scenario.tracing`) recorded. `roots` are the
+    student's objects, searched for forbidden ones they hold."""
+    trace = current_trace()
+    return guard.Guard(exercise.forbid, lambda dotted: CheckFailure(forbidden_message(exercise, dotted)), roots,
+                       trace.request if trace is not None else None)
 
-    def raise_expression(dotted: str) -> str:
-        return f"__import__('grader.expect', fromlist=['_']).CheckFailure({forbidden_message(exercise, dotted)!r})"
 
-    restore = wire.forbid(exercise.forbid, refuse, raise_expression)
+def guarded_call(exercise: Exercise, fn: Callable[..., Any], args: tuple, kwargs: dict,
+                 roots: tuple[Any, ...]) -> Any:
+    """fn(*args, **kwargs) under the exercise's guard, as the grading kernel runs it (kernel_side._run): a refusal
+    the code caught (or turned into another error) still fails the check, and the call's trace joins the check's."""
+    g = guarding(exercise, roots)
+    result = None
     try:
-        yield
+        with g:
+            result = fn(*args, **kwargs)
+    except BaseException:
+        g.check()
+        raise
     finally:
-        restore()
+        trace = current_trace()
+        if trace is not None:
+            trace.add(g.data(args, result))
+    g.check()
+    return result
 
 
 _CHECKING: contextvars.ContextVar[Exercise | None] = contextvars.ContextVar("grader_checking", default=None)
+_NOTHING_FORBIDDEN = Exercise("any.scenario", 0, ())
 
 
-def forbidding_now() -> contextlib.AbstractContextManager[None]:
-    """The forbidden calls of the exercise whose check is running (nothing outside a check): a scenario drives
-    the student's classes under them here as the grading kernel does, so a class refuses them in the notebook too."""
-    exercise = _CHECKING.get()
-    return forbidding(exercise) if exercise is not None and exercise.forbid else contextlib.nullcontext()
+def guarded_scenario(scenario: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """A scenario run in the notebook under the guard of the exercise whose check runs it, as the grading kernel runs
+    one: the student's classes are driven inside it, so their methods meet the refusals and the trace too."""
+    roots = tuple(getattr(a, "_grader_student_", a) for a in (*args, *kwargs.values()))
+    return guarded_call(_CHECKING.get() or _NOTHING_FORBIDDEN, scenario, args, kwargs, roots)
 
 
 def _forbid_during(obj: Any, exercise: Exercise) -> Any:
-    """The student's function, refusing the exercise's forbidden functions while it runs; its frame holds the
-    arguments, for an error's message (`_inputs`)."""
+    """The student's function, called under the exercise's guard; its frame holds the arguments, for an error's
+    message (`_inputs`)."""
     if not callable(obj) or isinstance(obj, type):  # classes stay classes (scenarios)
         return obj
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        if not exercise.forbid:
-            return obj(*args, **kwargs)
-        with forbidding(exercise):
-            return obj(*args, **kwargs)
+        return guarded_call(exercise, obj, args, kwargs, (obj,))
     guarded.__name__ = getattr(obj, "__name__", "student_function")
+    guarded._grader_student_ = obj  # what a scenario's guard searches, instead of this wrapper
     return guarded
 
 
@@ -255,6 +266,10 @@ def run_namespace(namespace: Mapping[str, Any], chapter: str | None = None, hidd
 def assert_all_pass(namespace: Mapping[str, Any], chapter: str) -> None:
     """For the solution notebooks' last cell: every exercise of `chapter` passes every public and hidden check."""
     results = run_namespace(namespace, chapter=chapter, hidden=True)
+    if not results:  # a misspelled chapter, or a kernel that imported another grader, would pass without a check
+        known = sorted({e.chapter for e in registry.load(hidden=True).exercises})
+        raise AssertionError(f"chapter {chapter!r} has no exercise in this grader ({registry.__file__}); "
+                             f"its chapters: {', '.join(known)}")
     failing = {r.exercise: [f"{c.name}: {c.message}" for c in r.checks if not c.passed] or r.message
                for r in results if r.status != PASSED}
     if failing:
@@ -263,5 +278,5 @@ def assert_all_pass(namespace: Mapping[str, Any], chapter: str) -> None:
     print(f"{chapter}: all {len(results)} exercises pass all {checks} checks (public and hidden)")
 
 
-__all__ = ["run_exercise", "run_namespace", "assert_all_pass", "run_check", "CheckTimeout", "CheckMemory", "CheckCrashed", "forbidding",
-           "FAILED", "NOT_IMPLEMENTED"]
+__all__ = ["run_exercise", "run_namespace", "assert_all_pass", "run_check", "CheckTimeout", "CheckMemory", "CheckCrashed",
+           "guarded_call", "FAILED", "NOT_IMPLEMENTED"]

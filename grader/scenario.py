@@ -13,12 +13,14 @@ plain specs and seeds, drives the student's objects, and returns plain data only
 strings, None and containers of them (never a live module or graph). The check then judges that
 data in its own process, computing every expected value there.
 
-* In a notebook, `run_scenario` calls the scenario in the same process, then passes its result
-  through `to_data`, which keeps exactly what the grading bridge can carry (detached tensor copies,
-  plain values; anything else becomes an `Opaque` that equals nothing).
+* In a notebook, `run_scenario` calls the scenario in the same process, under the guard of the exercise
+  whose check runs it (its forbidden calls refused, a trace recorded if the check asked: grader/guard.py),
+  then passes its result through `to_data`, which keeps exactly what the grading bridge can carry (detached
+  tensor copies, plain values; anything else becomes an `Opaque` that equals nothing).
 * When grading, the student's objects are handles to the notebook's kernel, and `run_scenario`
   sends the scenario's name and its plain arguments there; the kernel runs the scenario module's own
-  copy (installed from source before any student cell ran) and returns the same plain data.
+  copy (installed from source before any student cell ran), under its copy of the same guard, and returns
+  the same plain data (and the trace, when one was asked for).
 
 So one check reads the same data in both places, and the verdict is always reached outside the
 student's reach when grading. Rules for a scenario module: import only torch, numpy and the standard
@@ -32,14 +34,17 @@ into several arguments or records.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import secrets
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from grader import wire
 from grader.wire import MAX_DEPTH
 
-__all__ = ["run_scenario", "to_data", "Opaque", "SCENARIO_PACKAGE", "MAX_DEPTH"]
+__all__ = ["run_scenario", "to_data", "Opaque", "SCENARIO_PACKAGE", "MAX_DEPTH", "tracing", "Trace"]
 
 SCENARIO_PACKAGE = "grader.scenarios"
 
@@ -119,6 +124,88 @@ def run_scenario(scenario: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
     handle = _remote((args, kwargs))
     if handle is not None:
         return handle._grader_scenario_(module, name, args, kwargs)
-    from grader.runner import forbidding_now  # the runner imports torch; this module stays light
-    with forbidding_now():
-        return to_data(scenario(*args, **kwargs))
+    from grader.runner import guarded_scenario  # the runner imports torch; this module stays light
+    return to_data(guarded_scenario(scenario, args, kwargs))
+
+
+# ---------------------------------------------------------------- what the student's code did
+
+class Trace:
+    """What the student's code did in a `tracing()` block, recorded where it ran (this process in a notebook, the
+    student's kernel when grading: grader/guard.py, sent back as plain data) and summed over the block's calls.
+
+    ops: aten operator -> times run ("aten.bitwise_and"); dtypes: the dtypes of the tensors they made, in order;
+    backward_passes: autograd backward passes started (by any route into the engine); graph_ops: operators autograd
+    recorded outside them (on a tensor that requires grad, grad mode on: a graph being built); written: the positions
+    of a call's tensor arguments whose storage an operator wrote (a scenario's own arguments, for a scenario);
+    lineage (when asked): the operators the results' values came from, each with its dtype ("aten.add:int32")."""
+
+    def __init__(self, lineage: bool = False) -> None:
+        self.request = {"lineage": bool(lineage)}
+        self.calls: list[dict] = []
+
+    def add(self, data: Any) -> None:
+        """One call's record, as the guard made it; anything that is not that shape is refused, never half read."""
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            raise RuntimeError("the trace of the student's call could not be read")
+        ops, dtypes, passes = data.get("ops"), data.get("dtypes"), data.get("backward_passes")
+        graph_ops, written, lineage = data.get("graph_ops"), data.get("written"), data.get("lineage")
+        if not (isinstance(ops, dict) and all(type(k) is str and type(v) is int for k, v in ops.items())
+                and isinstance(dtypes, list) and all(type(d) is str for d in dtypes) and type(passes) is int
+                and type(graph_ops) is int
+                and isinstance(written, list) and all(type(i) is int for i in written)
+                and (lineage is None or isinstance(lineage, list) and all(type(e) is str for e in lineage))):
+            raise RuntimeError("the trace of the student's call could not be read")
+        self.calls.append({"ops": ops, "dtypes": dtypes, "backward_passes": passes, "graph_ops": graph_ops,
+                           "written": written, "lineage": lineage})
+
+    @property
+    def ops(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for c in self.calls:
+            for name, n in c["ops"].items():
+                total[name] = total.get(name, 0) + n
+        return total
+
+    @property
+    def dtypes(self) -> list[str]:
+        return list(dict.fromkeys(d for c in self.calls for d in c["dtypes"]))
+
+    @property
+    def backward_passes(self) -> int:
+        return sum(c["backward_passes"] for c in self.calls)
+
+    @property
+    def graph_ops(self) -> int:
+        return sum(c["graph_ops"] for c in self.calls)
+
+    @property
+    def written(self) -> set[int]:
+        return {i for c in self.calls for i in c["written"]}
+
+    @property
+    def lineage(self) -> set[str]:
+        return {e for c in self.calls for e in c["lineage"] or ()}
+
+
+_TRACE: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("grader_trace", default=None)
+
+
+@contextlib.contextmanager
+def tracing(lineage: bool = False) -> Iterator[Trace]:
+    """`with tracing() as trace: got = call(fn, x)`: every call into the student's code in the block (a function
+    of theirs, or a scenario driving their objects) is recorded, the same in a notebook and in a grading kernel.
+    `lineage` also records where the results' values came from (it keeps every intermediate tensor alive)."""
+    trace = Trace(lineage)
+    token = _TRACE.set(trace)
+    try:
+        yield trace
+    finally:
+        _TRACE.reset(token)
+
+
+def current_trace() -> Trace | None:
+    """The trace of the `tracing()` block running, if any: where a call into the student's code reports."""
+    return _TRACE.get()

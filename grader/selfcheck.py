@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import chapters
+from grader import chapters, language
 from grader.results import Status
 
 MARK = "@@SELFCHECK@@"
@@ -27,7 +27,16 @@ def _shown(status: str) -> str:
     known = Status.of(status)
     if known is None:
         return status
-    return f"[{_STYLE[known.tone]}]{known.words[0].lower() + known.words[1:]}[/]"
+    return f"[{_STYLE[known.tone]}]{_lowered(_words(known))}[/]"
+
+
+def _words(status: Status) -> str:
+    """The Status's words in the release's language (grader.language)."""
+    return language.status_words(status.value, status.words)
+
+
+def _lowered(words: str) -> str:
+    return words[0].lower() + words[1:]
 
 
 @dataclass
@@ -127,11 +136,9 @@ def _report(results: list[NotebookCheck]) -> None:
     console = Console()
     for r in results:
         table = Table(title=f"{r.path.name} ({r.seconds:.0f} s)", title_justify="left", expand=False,
-                      caption="points on public checks only: grading adds hidden checks", caption_justify="left")
-        table.add_column("exercise")
-        table.add_column("public checks")
-        table.add_column("points")
-        table.add_column("status")
+                      caption=language.phrase("table_caption"), caption_justify="left")
+        for column in ("column_exercise", "column_checks", "column_points", "column_status"):
+            table.add_column(language.phrase(column))
         for ex in r.exercises:
             checks = ex.get("checks", [])
             passed = sum(c["status"] == "passed" for c in checks)
@@ -164,18 +171,19 @@ def problems(exercises: list[dict]) -> list[str]:
         if first is None:
             lines.append(f"{name}: {ex.get('message', '')}")
             continue
-        words = (Status.of(first["status"]).words if Status.of(first["status"]) else first["status"]).lower()
+        known = Status.of(first["status"])
+        words = _words(known).lower() if known else first["status"].lower()
         message = first.get("message", "")
         message = message if len(message) <= 300 else message[:297] + "..."
-        lines.append(f"{name}: {words} in the check \"{first['description']}\" (-{lost} points): {message}")
+        description = language.description(ex["exercise"], first.get("name", ""), first["description"])
+        lines.append(language.phrase("first_problem", name=name, words=words, description=description, lost=lost,
+                                     message=message))
     return lines
 
 
 def closing_lines(done: int, total: int) -> list[str]:
     """The summary under the tables, one short line per thought."""
-    return [f"{done} of {total} exercises pass their public checks.",
-            "Grading adds hidden checks: make your code right in general,",
-            "not only for the examples."]
+    return language.phrase("closing", done=done, total=total).split("\n")
 
 
 def main(argv: list[str] | None = None) -> int:

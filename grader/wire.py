@@ -2,8 +2,8 @@
 
 Plain data (tensors, numbers, strings, sizes, dtypes, devices, and tuples, lists and dicts of them nested at
 most MAX_DEPTH deep) is packed into builtins only, so a pickle of it names no class; anything else travels as
-a token standing for an opaque object. Also here: refusing a forbidden function for the length of a call,
-the traceback filter that keeps only the student's frames, and the IPython attributes tamper detection watches.
+a token standing for an opaque object. Also here: the traceback filter that keeps only the student's frames, and
+the IPython attributes tamper detection watches. Refusing forbidden calls and tracing a call are grader/guard.py's.
 
 Dependency-free (torch and the standard library): the grading process imports it, and the bridge installs
 the kernel's copy from this file's text before any student code runs (as it installs the scenarios), so a
@@ -13,7 +13,6 @@ through it, so a notebook sees exactly what grading would.
 import linecache
 import os
 import traceback
-import types
 
 import torch
 
@@ -159,47 +158,6 @@ def resolve(dotted):
     except Exception:
         return None
     return obj
-
-
-def refusing_code(raise_expression):
-    """The code of a function that raises `raise_expression` whatever it is called with.
-
-    Swapped into a forbidden Python function, it also refuses the aliases a notebook bound before the check
-    (`from torch.utils.checkpoint import checkpoint_sequential`), which replacing the module attribute misses.
-    It runs in the forbidden function's own globals, so the expression names nothing but builtins.
-    """
-    namespace = {}
-    exec(compile(f"def refused(*args, **kwargs):\n    raise {raise_expression}\n", "<forbidden>", "exec"), namespace)
-    return namespace["refused"].__code__
-
-
-def forbid(dotted_names, refuse, raise_expression):
-    """Make each forbidden function refuse to run: its attribute becomes `refuse(dotted)` and, for a plain
-    Python function (no closure), its code is swapped for one raising `raise_expression(dotted)`, so aliases
-    bound earlier refuse too. Returns the function that puts everything back (call it in a `finally`)."""
-    saved, codes = [], []
-    for dotted in dotted_names:
-        owner_path, attr = dotted.rsplit(".", 1)
-        owner = resolve(owner_path)
-        if owner is None or not hasattr(owner, attr):
-            continue  # a function this torch lacks (older or newer than the pin) cannot be called: nothing to refuse
-        original = getattr(owner, attr)
-        saved.append((owner, attr, original, attr in getattr(owner, "__dict__", {})))
-        setattr(owner, attr, refuse(dotted))
-        if (isinstance(original, types.FunctionType) and not original.__code__.co_freevars
-                and all(f is not original for f, _ in codes)):
-            codes.append((original, original.__code__))
-            original.__code__ = refusing_code(raise_expression(dotted))
-
-    def restore():
-        for fn, code in reversed(codes):
-            fn.__code__ = code
-        for owner, attr, original, own in reversed(saved):
-            if own or not isinstance(owner, type):
-                setattr(owner, attr, original)
-            else:  # inherited (Tensor.__getitem__ comes from TensorBase): leave no copy on the subclass
-                delattr(owner, attr)
-    return restore
 
 
 def student_frames(tb, skip_dirs, skip_files=(), limit=3):

@@ -76,6 +76,47 @@ def student_release(tmp_path_factory, request) -> StudentRelease:
     return StudentRelease(root / "build" / "student.zip", folder, folder / ".venv" / "bin" / "python")
 
 
+@dataclass
+class TranslatedRelease:
+    zip: Path       # dist/student-zh.zip as built
+    folder: Path    # unzipped; it has no venv of its own: it runs in the English release's (translated_env)
+
+
+@pytest.fixture(scope="session")
+def zh_release(tmp_path_factory, request) -> TranslatedRelease:
+    """`python -m grader release --lang zh`, its zip unzipped: built once per run, as student_release is."""
+    def build(root: Path) -> TranslatedRelease:
+        root.mkdir(parents=True, exist_ok=True)
+        out = root / "build" / "student-zh"
+        built = subprocess.run([sys.executable, "-m", "grader", "release", "--lang", "zh", "--out", str(out)],
+                               cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert built.returncode == 0, built.stderr[-6000:]
+        with zipfile.ZipFile(out.with_suffix(".zip")) as z:
+            z.extractall(root / "unzipped")
+        return TranslatedRelease(out.with_suffix(".zip"), root / "unzipped" / TOP_FOLDER)
+
+    if not hasattr(request.config, "workerinput"):
+        return build(tmp_path_factory.mktemp("zh-release"))
+    shared = tmp_path_factory.getbasetemp().parent
+    with FileLock(str(shared / "zh-release.lock")):
+        root = shared / "zh-release"
+        if not (root / "built.ok").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            release = build(root)
+            (root / "built.ok").touch()
+            return release
+    return TranslatedRelease(root / "build" / "student-zh.zip", root / "unzipped" / TOP_FOLDER)
+
+
+def translated_env(release: TranslatedRelease, root: Path) -> dict[str, str]:
+    """A student's environment (student_env) in which the English release's venv imports the translated release's
+    grader: its folder first on Python's path, for the commands and the kernels they start. The two releases'
+    code is the same; what differs is text and grader/lang.json, which the tests then see in the outputs."""
+    env = student_env(root)
+    env["PYTHONPATH"] = str(release.folder)
+    return env
+
+
 def student_env(root: Path) -> dict[str, str]:
     """A student's environment: nothing of the repo on Python's path, and no `make` on PATH (as on Windows):
     PATH is one empty folder, so every command is named by its full path."""
@@ -119,7 +160,7 @@ def build_release(root: Path) -> StudentRelease:
 # otherwise hand out the files with the most tests first, whatever their time.
 # Then the solution notebooks under nbval (6 to 30 s each, the slowest first), then the many short files,
 # which fill the end evenly.
-SLOW_FIRST = ["test_release.py", "test_demo_grading.py", "test_grading_objects.py", "test_grading.py",
+SLOW_FIRST = ["test_release.py", "test_translations.py", "test_demo_grading.py", "test_grading_objects.py", "test_grading.py",
               "test_ddp_answers.py", "test_gradescope.py", "test_browser.py", "test_canvas.py",
               "test_initialization_answers.py", "10_ddp.ipynb", "07_initialization.ipynb", "05_autograd.ipynb",
               "test_gpu_answers.py", "test_sandbox.py", "04_flops.ipynb", "test_lab.py"]

@@ -2,6 +2,8 @@
 (public and hidden checks), plausible wrong ones must fail, each with a message a student can read."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -78,6 +80,7 @@ def jacobian_one_graph(f, x):
 
 
 def jacobian_batched(f, x):
+    """Right values, but every row in one batched backward pass (issue 26): not one VJP per output element."""
     xr = x.detach().requires_grad_()
     y = f(xr)
     eye = torch.eye(y.numel(), dtype=y.dtype).reshape(y.numel(), *y.shape)
@@ -213,7 +216,6 @@ CORRECT = [
     ("linear_loss_grad", [linear_grad_addmm]), ("linear_loss_grad", [linear_grad_rows]),
     ("vjp", [vjp_backward]), ("vjp", [vjp_grad]), ("vjp", [vjp_inputs]),
     ("jacobian", [jacobian_rows]), ("jacobian", [jacobian_eye]), ("jacobian", [jacobian_one_graph]),
-    ("jacobian", [jacobian_batched]),
     ("gradient_norm_penalty", [penalty_cat]), ("gradient_norm_penalty", [penalty_linalg]),
     ("gradient_norm_penalty", [penalty_backward_cleaned]),
     ("silu", [SiLUSaveSigmoid, silu_save_sigmoid]), ("silu", [SiLUTanh, silu_tanh]),
@@ -604,6 +606,121 @@ def accumulate_zero_after(model, loss_fn, micro_batches, optimizer):
     optimizer.zero_grad()
 
 
+# ---- issue 26: a forbidden job done under another name, or a stated method skipped
+
+ENGINE = torch.autograd.Variable._execution_engine  # what torch.autograd.grad and .backward call
+_RUN_BACKWARD = ENGINE.run_backward                  # bound before the check
+
+
+def _loss_and_leaf(x, w, target):
+    leaf = w.detach().requires_grad_()
+    return 0.5 * ((x @ leaf - target) ** 2).sum(), leaf
+
+
+def linear_grad_engine(x, w, target):
+    """The engine's own entry, under its private name (4 of 4 checks before issue 26)."""
+    loss, leaf = _loss_and_leaf(x, w, target)
+    return ENGINE.run_backward((loss,), (torch.ones_like(loss),), False, False, (leaf,), False)[0]
+
+
+def linear_grad_engine_class(x, w, target):
+    """The same C method, reached through the engine's class."""
+    loss, leaf = _loss_and_leaf(x, w, target)
+    return type(ENGINE).run_backward(ENGINE, (loss,), (torch.ones_like(loss),), False, False, (leaf,), False)[0]
+
+
+def linear_grad_engine_partial(x, w, target):
+    """An alias bound before the check, called by C code (a partial): no Python call a profile hook could see."""
+    loss, leaf = _loss_and_leaf(x, w, target)
+    return functools.partial(_RUN_BACKWARD, (loss,), (torch.ones_like(loss),))(False, False, (leaf,), False)[0]
+
+
+def linear_grad_by_nodes(x, w, target):
+    """Backpropagation by hand through autograd's own graph: each Node called directly, never the engine."""
+    loss, leaf = _loss_and_leaf(x, w, target)
+    pending, grad = [(loss.grad_fn, torch.ones_like(loss))], None
+    while pending:
+        node, g = pending.pop()
+        if isinstance(node, torch.autograd.graph.Node) and type(node).__name__ == "AccumulateGrad":
+            grad = g if grad is None else grad + g
+            continue
+        outs = node(g)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        pending += [(n, o) for (n, _), o in zip(node.next_functions, outs) if n is not None and o is not None]
+    return grad
+
+
+def linear_grad_forward_mode(x, w, target):
+    """Forward-mode autograd, one dual number per weight: autograd all the same."""
+    import torch.autograd.forward_ad as fwAD
+    grad = torch.zeros(w.shape, dtype=w.dtype)
+    with fwAD.dual_level():
+        for i in range(w.numel()):
+            tangent = torch.zeros(w.numel(), dtype=w.dtype)
+            tangent[i] = 1
+            dual = fwAD.make_dual(w, tangent.reshape(w.shape))
+            loss = 0.5 * ((x @ dual - target) ** 2).sum()
+            grad.reshape(-1)[i] = fwAD.unpack_dual(loss).tangent
+    return grad
+
+
+def linear_grad_caught(x, w, target):
+    """Tries autograd, and computes by hand when it is refused: the refusal counts all the same."""
+    try:
+        loss, leaf = _loss_and_leaf(x, w, target)
+        return getattr(torch.autograd, "gr" + "ad")(loss, leaf)[0]
+    except Exception:
+        return x.T @ (x @ w - target)
+
+
+def jacobian_vmap(f, x):
+    """torch.vmap over VJPs: one backward pass that stands for every row."""
+    xr = x.detach().requires_grad_()
+    y = f(xr)
+    eye = torch.eye(y.numel(), dtype=y.dtype).reshape(y.numel(), *y.shape)
+    rows = torch.vmap(lambda v: torch.autograd.grad(y, xr, v, retain_graph=True)[0])(eye)
+    return rows.reshape(y.shape + x.shape)
+
+
+def jacobian_two_batches(f, x):
+    """Rows in two batched backward passes (half each): fewer passes than output elements."""
+    xr = x.detach().requires_grad_()
+    y = f(xr)
+    eye = torch.eye(y.numel(), dtype=y.dtype).reshape(y.numel(), *y.shape)
+    half = max(1, y.numel() // 2)
+    parts = [torch.autograd.grad(y, xr, e, retain_graph=True, is_grads_batched=True)[0]
+             for e in (eye[:half], eye[half:]) if len(e)]
+    return torch.cat(parts).reshape(y.shape + x.shape)
+
+
+def jacobian_private_jacrev(f, x):
+    """torch.func.jacrev under its private module's name: the same function, refused by identity."""
+    from torch._functorch.eager_transforms import jacrev
+    return jacrev(f)(x.detach())
+
+
+def vjp_borrows_x(f, x, v):
+    """Uses the caller's x as scratch space and puts it back (x * 2 / 2 is exact): the values come back, but the
+    caller's memory was written while the call ran."""
+    x.mul_(2)
+    x.div_(2)
+    return vjp_grad(f, x, v)
+
+
+def vjp_through_data(f, x, v):
+    """Zeroes x through .data and copies it back: autograd never sees it, the trace does."""
+    saved = x.detach().clone()
+    x.data.zero_()
+    x.data.copy_(saved)
+    return vjp_grad(f, saved, v)
+
+
+def vjp_writes_a_view(f, x, v):
+    """Adds zero into a view of x: the same values, written into the caller's storage."""
+    x.view(-1)[:1] += 0
+    return vjp_grad(f, x, v)
+
+
 def penalty_rebuilt(loss, params):
     """The right value, but a new leaf: no path back to the parameters."""
     return torch.tensor(float(penalty_cat(loss, params)), dtype=torch.float64, requires_grad=True)
@@ -629,6 +746,15 @@ WRONG = [
     # .view on a transposed x: the answer itself raises
     W("linear_loss_grad", linear_grad_needs_contiguous, "non_contiguous_inputs", "view size is not compatible",
       status=ERROR),
+    # issue 26: the engine under its private name, through its class, and an alias bound before the check that C code
+    # calls: refused by identity; autograd's graph walked by hand is caught by the trace; forward mode is refused
+    W("linear_loss_grad", linear_grad_engine, "one_output", "not call torch.autograd.Variable._execution_engine"),
+    W("linear_loss_grad", linear_grad_engine_class, "one_output", "not call torch.autograd.Variable._execution_engine"),
+    W("linear_loss_grad", linear_grad_engine_partial, "one_output",
+      "not call torch.autograd.Variable._execution_engine"),
+    W("linear_loss_grad", linear_grad_by_nodes, "one_output", "built an autograd graph"),
+    W("linear_loss_grad", linear_grad_forward_mode, "one_output", "not call torch.autograd.forward_ad.make_dual"),
+    W("linear_loss_grad", linear_grad_caught, "one_output", "not call torch.autograd.grad"),
     # vjp: one that builds the Jacobian (row by row or batched) is told so
     W("vjp", vjp_full_jacobian, "fewer_and_more_outputs_one_pass", "never build the Jacobian"),
     W("vjp", vjp_batched_jacobian, "fewer_and_more_outputs_one_pass", "that builds the Jacobian"),
@@ -637,6 +763,10 @@ WRONG = [
     W("vjp", vjp_marks_the_callers_x, "leaves_the_callers_x_alone", "set requires_grad on the caller's x"),
     W("vjp", vjp_ignores_v, "elementwise_square", "values differ"),
     W("vjp", vjp_atleast_1d, "zero_dim_input_and_output", "has shape (1,), expected ()"),
+    # issue 26: the caller's x written while the call ran, its values put back: only the trace sees it
+    W("vjp", vjp_borrows_x, "leaves_the_callers_x_alone", "wrote into the caller's x"),
+    W("vjp", vjp_through_data, "leaves_the_callers_x_alone", "wrote into the caller's x"),
+    W("vjp", vjp_writes_a_view, "leaves_the_callers_x_alone", "wrote into the caller's x"),
     # the whole job in one library call fails the first public check, naming the call
     W("vjp", lambda f, x, v: torch.autograd.functional.vjp(f, x, v)[1], "elementwise_square",
       "not call torch.autograd.functional.vjp"),
@@ -649,6 +779,12 @@ WRONG = [
     W("jacobian", jacobian_finite_differences, "made_of_vjps", "made no backward pass through f"),
     W("jacobian", jacobian_functional, "square_is_diagonal", "not call torch.autograd.functional.jacobian"),
     W("jacobian", jacobian_func_jacrev, "square_is_diagonal", "not call torch.func.jacrev"),
+    # issue 26: right values from fewer backward passes than output elements (7 of 7 checks before), and jacrev
+    # under its private module's name
+    W("jacobian", jacobian_batched, "made_of_vjps", "ran 1 backward pass(es) (batched"),
+    W("jacobian", jacobian_vmap, "made_of_vjps", "ran 1 backward pass(es) (batched"),
+    W("jacobian", jacobian_two_batches, "made_of_vjps", "ran 2 backward pass(es) (batched"),
+    W("jacobian", jacobian_private_jacrev, "square_is_diagonal", "not call torch.func.jacrev"),
     # gradient_norm_penalty: no create_graph, the squared norm, one norm per parameter, .backward() into .grad
     W("gradient_norm_penalty", penalty_no_graph, "small_regression", "create_graph=True"),
     W("gradient_norm_penalty", penalty_squared, "small_regression", "the *squared* norm"),
@@ -696,6 +832,27 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
     assert_caught("autograd", wrong, public_only=True)
 
 
+@pytest.mark.parametrize("answer", [jacobian_batched, jacobian_vmap, jacobian_two_batches],
+                         ids=["is_grads_batched", "vmap", "two_batches"])
+def test_the_batched_jacobians_are_right_in_every_value(answer):
+    """Their Jacobians equal torch's for every named function: only the count of backward passes stops them."""
+    from grader.scenarios.autograd import FUNCTIONS
+
+    for name, f in FUNCTIONS.items():
+        x = torch.randn(2, 3, dtype=torch.float64)
+        torch.testing.assert_close(answer(f, x), torch.autograd.functional.jacobian(f, x), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("answer", [linear_grad_engine, linear_grad_engine_class, linear_grad_engine_partial,
+                                    linear_grad_by_nodes, linear_grad_forward_mode],
+                         ids=["engine", "engine_class", "engine_partial", "by_nodes", "forward_mode"])
+def test_the_autograd_routes_give_the_right_gradient(answer):
+    """Each returns autograd's gradient (transposed, sliced inputs too): only refusing autograd stops them."""
+    x, t = torch.randn(6, 5, dtype=torch.float64).T, torch.randn(4, 5, dtype=torch.float64).T
+    for w in (torch.randn(6, 8, dtype=torch.float64)[:, ::2], torch.randn(4, 6, dtype=torch.float64).T):
+        torch.testing.assert_close(answer(x, w, t), x.T @ (x @ w - t))
+
+
 def test_a_hanging_backward_times_out():
     class Hangs(SiLUSaveSigmoid):
         @staticmethod
@@ -726,3 +883,66 @@ def test_a_notebook_that_patches_autograd_grad_does_not_change_gradcheck():
     finally:
         torch.autograd.grad = real
     assert r.status == "passed", failures(r)
+
+
+# ---------------------------------------------------------------- graded in a real kernel (issue 26)
+
+KERNEL_CELL = '''
+import torch
+ENGINE = torch.autograd.Variable._execution_engine
+def vjp_ok(f, x, v):
+    x = x.detach().requires_grad_()
+    return torch.autograd.grad(f(x), x, grad_outputs=v)[0].detach()
+def vjp_borrows_x(f, x, v):
+    x.mul_(2)
+    x.div_(2)
+    return vjp_ok(f, x, v)
+def jacobian_rows(f, x):
+    y = f(x.detach())
+    rows = [vjp_ok(f, x, torch.eye(y.numel(), dtype=y.dtype)[i].view_as(y)) for i in range(y.numel())]
+    return torch.stack(rows).reshape(y.shape + x.shape)
+def jacobian_batched(f, x):
+    xr = x.detach().requires_grad_()
+    y = f(xr)
+    eye = torch.eye(y.numel(), dtype=y.dtype).reshape(y.numel(), *y.shape)
+    return torch.autograd.grad(y, xr, eye, is_grads_batched=True)[0].reshape(y.shape + x.shape)
+def grad_by_hand(x, w, target):
+    return x.T @ (x @ w - target)
+def grad_engine(x, w, target):
+    w = w.detach().requires_grad_()
+    loss = 0.5 * ((x @ w - target) ** 2).sum()
+    return ENGINE.run_backward((loss,), (torch.ones_like(loss),), False, False, (w,), False)[0]
+'''
+
+
+@pytest.fixture(scope="module")
+def kernel_bridge(grading_bridge):
+    return grading_bridge([KERNEL_CELL], check_timeout=20)
+
+
+IN_A_KERNEL = [
+    ("linear_loss_grad", "grad_by_hand", ""),
+    ("linear_loss_grad", "grad_engine", "not call torch.autograd.Variable._execution_engine.run_backward"),
+    ("vjp", "vjp_ok", ""), ("vjp", "vjp_borrows_x", "wrote into the caller's x"),
+    ("jacobian", "jacobian_rows", ""), ("jacobian", "jacobian_batched", "ran 1 backward pass(es) (batched"),
+]
+
+
+@pytest.mark.parametrize("exercise,name,caught", IN_A_KERNEL, ids=[name for _, name, _ in IN_A_KERNEL])
+def test_graded_in_a_kernel(kernel_bridge, exercise, name, caught):
+    """Issue 26's cases where grading runs them: the engine refused by the kernel's guard, and the traces of vjp's
+    and jacobian's scenarios recorded in the kernel and judged here; the right answers pass every check there."""
+    from grader import registry
+    from grader.autograde.bridge import RemoteFunction
+    from grader.runner import run_check
+
+    ex = registry.load(hidden=True).get(f"autograd.{exercise}")
+    results = []
+    for check in ex.checks:
+        kernel_bridge.limit, kernel_bridge.deadline = 20, None
+        r = run_check(ex, check, (RemoteFunction(kernel_bridge, name, ex),), timeout=None)
+        results.append((check.name, r.status, r.message))
+    if not caught:
+        assert all(status == "passed" for _, status, _ in results), results
+    else:
+        assert any(status == "failed" and caught in message for _, status, message in results), results

@@ -9,7 +9,7 @@ from grader.autograde import tamper
 from grader.autograde.bridge import RemoteFunction, load_reply
 from grader.expect import CheckFailure, call
 from grader.runner import CheckCrashed, CheckMemory, CheckTimeout
-from grader.scenario import Opaque
+from grader.scenario import Opaque, tracing
 
 CELLS = [
     "import torch, time, os\n"
@@ -30,7 +30,25 @@ CELLS = [
     "def spin():\n    while True: pass\n"
     "def die(): os._exit(1)\n"
     "def pair(): return (1, 2.5, 'x', None, [True], {'k': torch.ones(2)})\n"
-    "def meta(x): return (x.shape, x.dtype, x.device, 1 + 2j, b'raw')",
+    "def meta(x): return (x.shape, x.dtype, x.device, 1 + 2j, b'raw')\n"
+    # issue 26: a builtin under another name, in a partial made before the check, a refusal caught and retried
+    "import functools\n"
+    "from torch._C import _is_alias_of as ALIAS\n"
+    "ALIAS_PARTIAL = functools.partial(torch._C._is_alias_of)\n"
+    "def same_alias(x, y): return ALIAS(x, y)\n"
+    "def same_partial(x, y): return ALIAS_PARTIAL(x, y)\n"
+    "def same_retry(x, y):\n    try: return ALIAS(x, y)\n    except Exception: return ALIAS(x, y)\n"
+    "ENGINE = torch.autograd.Variable._execution_engine\n"
+    "def grad_engine(x, w, t):\n"
+    "    w = w.detach().requires_grad_(); loss = 0.5 * ((x @ w - t) ** 2).sum()\n"
+    "    return ENGINE.run_backward((loss,), (torch.ones_like(loss),), False, False, (w,), False)[0]\n"
+    "def traced(x):\n"
+    "    bits = x.view(torch.int32)\n"
+    "    out = torch.where(torch.isnan(x), x, ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).view(torch.float32))\n"
+    "    xr = x.detach().requires_grad_(); y = xr * xr\n"
+    "    rows = [torch.autograd.grad(y[i], xr, retain_graph=True) for i in range(2)]\n"
+    "    x.add_(0)\n"
+    "    return out",
     "exec('import torch; torch.allclose = lambda *a, **k: True')",
 ]
 
@@ -121,6 +139,42 @@ def test_a_forbidden_function_bound_under_another_name_fails_too(bridge):
     assert tuple(remote(bridge, "broadcast_alias", "tensors.same_storage")((2, 1), (1, 3))) == (2, 3)
 
 
+@pytest.mark.parametrize("name", ["same_alias", "same_partial", "same_retry"])
+def test_a_forbidden_builtin_is_refused_in_the_kernel_under_any_name(bridge, name):
+    """Catches the kernel refusing by attribute only (issue 26: `from torch._C import _is_alias_of as ALIAS` passed
+    same_storage): the kernel's guard refuses the builtin itself, then puts everything back."""
+    x = torch.randn(4)
+    with pytest.raises(CheckFailure, match="same_storage must do this itself, not call torch._C._is_alias_of"):
+        remote(bridge, name, "tensors.same_storage")(x, x[1:])
+    assert remote(bridge, name, "tensors.broadcast_shape")(x, x[1:]) is True  # not forbidden there
+
+
+def test_the_autograd_engine_is_refused_in_the_kernel(bridge):
+    """Catches linear_loss_grad's private engine entry (issue 26), refused where the student's code runs."""
+    x, w, t = torch.randn(4, 3), torch.randn(3, 1), torch.randn(4, 1)
+    with pytest.raises(CheckFailure, match="not call torch.autograd.Variable._execution_engine.run_backward"):
+        remote(bridge, "grad_engine", "autograd.linear_loss_grad")(x, w, t)
+
+
+def test_a_trace_is_the_same_in_the_notebook_and_in_the_grading_kernel(bridge):
+    """Catches a check that judges a trace the kernel records differently from the notebook (or does not send): the
+    same function, traced in this process by the runner and in the kernel by its copy of grader/guard.py."""
+    from grader.runner import guarded_call
+
+    notebook: dict = {}
+    exec(CELLS[0], notebook)
+    ex = registry.load().get("tensors.same_storage")
+    x = torch.tensor([1.0, 1.00390625, -2.5, float("nan")])
+    with tracing(lineage=True) as here:
+        guarded_call(ex, notebook["traced"], (x.clone(),), {}, ())
+    with tracing(lineage=True) as there:
+        remote(bridge, "traced", "tensors.same_storage")(x.clone())
+    assert there.calls == here.calls
+    assert there.backward_passes == 2 and there.written == {0} and there.graph_ops >= 1
+    assert {"aten.bitwise_and:int32", "aten.where:float32"} <= there.lineage
+    assert "aten.mul:float32" not in there.lineage  # the gradients' work is not where the result came from
+
+
 def test_memory_blow_up_is_memory(bridge):
     with pytest.raises(CheckMemory):
         remote(bridge, "hog")()
@@ -194,6 +248,37 @@ def test_a_kernel_that_cannot_start_is_a_recorded_crash_for_every_exercise(tmp_p
     assert grades and {g.status for g in grades} == {"crashed"}
     assert all("did not start: OSError: no more processes" in g.message for g in grades)
     assert len(folders) == 1 and not folders[0].exists()  # the bridge was closed and its folder removed
+
+
+def test_a_kernel_start_that_fails_inside_zmq_does_not_stall_the_worker(tmp_path):
+    """Real fault: a socket path too long for Unix (the launcher's own check bypassed) fails the start after its
+    sockets opened. Caught: close() leaving them open, so collecting their context waited forever (a grading run
+    hung between two notebooks with a long TMPDIR)."""
+    import subprocess
+    import sys
+    long_dir = tmp_path / ("x" * 80)
+    long_dir.mkdir()
+    script = (
+        "import gc\n"
+        "from pathlib import Path\n"
+        "from grader.autograde import launcher\n"
+        "from grader.autograde.kernel import GiB, Limits, NotebookKernel\n"
+        "launcher.SOCKET_PATH_MAX = 10**6\n"
+        f"launcher.scratch_base = lambda: {str(long_dir)!r}\n"
+        f"k = NotebookKernel([], Path({str(tmp_path)!r}), Limits(cell_timeout=5, check_timeout=5, memory=GiB))\n"
+        "try:\n    k.start()\nexcept Exception as e:\n    print('failed:', type(e).__name__, e)\n"
+        "k.close()\ngc.collect()\nprint('collected')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "failed: ZMQError" in done.stdout and "collected" in done.stdout, (done.stdout, done.stderr[-2000:])
+
+
+def test_a_long_temporary_folder_moves_the_kernels_to_tmp(monkeypatch, tmp_path):
+    """Caught: a run under a long TMPDIR (pytest's, a cluster's job folder) binding sockets ZMQ cannot name."""
+    from grader.autograde import launcher
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / ("y" * 60)))
+    assert launcher.scratch_base() == "/tmp"
+    monkeypatch.setattr("tempfile.tempdir", "/tmp")
+    assert launcher.scratch_base() == "/tmp"
 
 
 # ---------------------------------------------------------------- a reply's budget

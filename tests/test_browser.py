@@ -2,8 +2,10 @@
 
 A student opens 01_tensors.ipynb with the course kernel and runs all cells: the grader's result table
 shows "not implemented yet" and no cell raises; the same on a solved copy shows every check passed;
-then the feedback.html that `make grade` wrote for them. Screenshots go to artifacts/browser/.
-Skipped, with the reason, only where Chromium is missing and cannot be installed.
+then the feedback.html that `make grade` wrote for them; and the zh release's 01_tensors.ipynb, read in
+Chinese (a CJK font installed where the test may). Screenshots go to artifacts/browser/.
+Skipped, with the reason, only where Chromium (or, for the zh notebook, a CJK font) is missing and cannot be
+installed.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import nbformat
 import psutil
 import pytest
 
+from tests.conftest import translated_env
 from tests.test_release import answered_in_release
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,15 +36,41 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
 
 
+def apt_install(package: str) -> None:
+    """`apt-get install package`, quietly, after refreshing the package lists (the caller checks the result)."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], env=env, capture_output=True, timeout=900)
+
+
 def chromium() -> str | None:
     """Debian's Chromium, installed now if it is missing and this process may (root with apt-get)."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found or os.geteuid() != 0 or not shutil.which("apt-get"):
         return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True, timeout=900)
+    apt_install("chromium")
     return shutil.which("chromium")
+
+
+CJK_FONT_PACKAGE = "fonts-noto-cjk"  # Debian's Noto Sans/Serif CJK: the fonts Chromium falls back to for Chinese
+
+
+def _has_cjk_font() -> bool:
+    if not shutil.which("fc-list"):
+        return False
+    return bool(subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True, timeout=60).stdout.strip())
+
+
+def cjk_font_missing() -> str | None:
+    """None once a font with Chinese glyphs is installed (installed now if missing and this process may: root with
+    apt-get); else why there is none, for the skip."""
+    if _has_cjk_font():
+        return None
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return (f"no font with Chinese glyphs is installed and this process cannot install one (it needs root and "
+                f"apt-get): install {CJK_FONT_PACKAGE} (Debian/Ubuntu) or any CJK font to see the zh notebook")
+    apt_install(CJK_FONT_PACKAGE)
+    return None if _has_cjk_font() else f"`apt-get install {CJK_FONT_PACKAGE}` did not install a CJK font here"
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +99,32 @@ def lab(student_release, tmp_path_factory):
     (root / "solved").mkdir()
     nbformat.write(answered_in_release(root / "01_tensors.ipynb", ROOT / "solutions" / "01_tensors.ipynb"),
                    root / "solved" / "01_tensors.ipynb")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    yield from serve_lab(student_release.python, root, env, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def lab_zh(student_release, zh_release, tmp_path_factory):
+    """JupyterLab from the English release's venv with the zh release's grader first on the path (its kernels
+    inherit it), serving the zh release's untouched 01_tensors.ipynb."""
+    root = tmp_path_factory.mktemp("lab-zh")
+    shutil.copy(zh_release.folder / "notebooks" / "01_tensors.ipynb", root / "01_tensors.ipynb")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PYTHONPATH"] = translated_env(zh_release, tmp_path_factory.mktemp("zh-env"))["PYTHONPATH"]
+    yield from serve_lab(student_release.python, root, env, tmp_path_factory)
+
+
+def serve_lab(python: Path, root: Path, env: dict[str, str], tmp_path_factory):
+    """Yield (url, root) of JupyterLab started from `python`'s venv on `root`, then stop it and its kernels."""
     port = free_port()
-    args = [str(student_release.python.parent / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+    args = [str(python.parent / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={port}", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
             "--LabApp.news_url=None"]
     if os.geteuid() == 0:
         args.append("--allow-root")
     # A student's own settings folder, fresh: JupyterLab's "get notified about Jupyter news?" question must be
     # answered by the course's defaults (grader.lab.quiet_lab, written into the release's venv by its set-up).
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = dict(env)
     env["JUPYTERLAB_SETTINGS_DIR"] = str(tmp_path_factory.mktemp("lab-settings"))
     server = subprocess.Popen(args, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
@@ -218,6 +264,49 @@ def test_a_student_runs_the_untouched_notebook_then_a_solved_one(browser, lab):
         assert saved_errors(root / "solved" / "01_tensors.ipynb") == []
         shoot(page, page.locator(".jp-CodeCell", has_text='grader.check("tensors.element_offset"').first,
               "01_solved_check.png")
+    finally:
+        page.close()
+
+
+GLYPHS_DRAWN = """(text) => {
+    const h = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown h1');
+    const canvas = document.createElement('canvas'); canvas.width = 64; canvas.height = 40;
+    const g = canvas.getContext('2d');
+    const draw = (ch) => { g.clearRect(0, 0, 64, 40); g.font = `32px ${getComputedStyle(h).fontFamily}`;
+                           g.fillText(ch, 4, 32); return g.getImageData(0, 0, 64, 40).data.join(); };
+    const shapes = [...text].map(draw);
+    return new Set(shapes).size === shapes.length && !shapes.includes(draw('\\u{10FFFD}'));
+}"""
+
+
+def test_a_student_reads_the_zh_notebook_in_chinese(browser, lab_zh):
+    """The zh release's 01_tensors in JupyterLab: its markdown in Chinese, drawn with real glyphs (distinct shapes,
+    none the missing-glyph box), and, after Run All, each check's words in Chinese; no cell raises."""
+    missing = cjk_font_missing()
+    if missing:
+        pytest.skip(missing)
+    url, root = lab_zh
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        open_and_run_all(page, url, "01_tensors.ipynb")
+        outputs = check_outputs(page)
+        assert len(outputs) == 6 and all("尚未实现" in o and "not implemented" not in o for o in outputs), outputs
+        assert saved_errors(root / "01_tensors.ipynb") == []
+        # JupyterLab renders a markdown cell once it is scrolled to: back to the top, where the title is.
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.scroll_into_view_if_needed()
+        title = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown h1").first
+        title.wait_for(timeout=30_000)
+        assert "张量" in title.text_content(), title.text_content()  # innerText is empty while a cell is off screen
+        assert page.evaluate(GLYPHS_DRAWN, "张量存储步幅"), "Chinese text is drawn as missing-glyph boxes"
+        # The first exercise: its text in Chinese above the check, whose words are Chinese too.
+        exercise = page.locator(".jp-MarkdownCell", has_text="练习 1").first
+        exercise.scroll_into_view_if_needed()
+        page.evaluate("(el) => el.scrollIntoView({block: 'start'})", exercise.element_handle())
+        page.locator(".jp-CodeCell", has_text='grader.check("tensors.same_storage"').first.locator(
+            ".jp-OutputArea >> text=尚未实现").wait_for(timeout=30_000)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        assert page.locator(".jp-Notification-Toast").count() == 0, page.inner_text(".jp-Notification-Toast")
+        page.screenshot(path=str(ARTIFACTS / "notebook_zh.png"))
     finally:
         page.close()
 

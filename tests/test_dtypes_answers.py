@@ -68,7 +68,8 @@ def round_sign_magnitude(x):
 
 
 def round_python_struct(x):
-    """One value at a time in Python: slow, but integer operations on the bits all the same."""
+    """One value at a time in Python, integer operations on the bits from struct: right values, but not on
+    x.view(torch.int32) as the exercise asks (issue 26: the check judges the method), so a wrong answer below."""
     out = []
     for v in x.reshape(-1).tolist():
         (b,) = struct.unpack("<I", struct.pack("<f", v))
@@ -150,7 +151,7 @@ CORRECT = [
     ("smallest_subnormal", subnormal_by_bits), ("smallest_subnormal", subnormal_by_halving),
     ("smallest_subnormal", subnormal_by_formula),
     ("round_to_bf16", round_by_comparison), ("round_to_bf16", round_via_int64),
-    ("round_to_bf16", round_sign_magnitude), ("round_to_bf16", round_python_struct),
+    ("round_to_bf16", round_sign_magnitude),
     ("sequential_sum", sequential_python_loop), ("sequential_sum", sequential_rounding_floats),
     ("sequential_sum", lambda v, d: functools.reduce(lambda a, b: a + b, v.to(d).unbind(), torch.zeros((), dtype=d))),
     # Python's builtin sum adds left to right (0 + v0 + v1 ...): sequential, and not torch's forbidden sum
@@ -229,6 +230,46 @@ def round_via_copy_into_bf16(x):
 
 def round_via_aten(x):
     return torch.ops.aten._to_copy.default(x, dtype=torch.bfloat16).to(torch.float32)
+
+
+# ---- issue 26: the rounding done another way than the exercise's integer operations on x.view(torch.int32)
+
+def round_by_frexp(x):
+    """frexp, the significand rounded to 8 bits (fewer for subnormals) with torch.round (ties to even), ldexp in two
+    halves so that no power of two overflows: floating-point arithmetic only, and bit-identical to torch's
+    conversion everywhere (13 of 13 checks before issue 26)."""
+    m, e = torch.frexp(x)
+    keep = torch.clamp(e + 133, max=8)  # bfloat16's smallest subnormal is 2^-133
+    scale = torch.ldexp(torch.ones_like(m), keep)
+    r = torch.round(m * scale) / scale
+    half = torch.div(e, 2, rounding_mode="floor")
+    return torch.where(torch.isfinite(x), torch.ldexp(torch.ldexp(r, half), e - half), x)
+
+
+def round_frexp_with_decoy(x):
+    """The frexp answer, with integer bit operations whose result is thrown away: the trace follows the values."""
+    bits = x.view(torch.int32)
+    (bits + 0x7FFF + ((bits >> 16) & 1)) & MASK
+    return round_by_frexp(x)
+
+
+def round_frexp_blended(x):
+    """Integer bit operations blended into the result (a condition that always holds): the values still come from
+    floating-point rounding."""
+    always = (x.view(torch.int32) & 0) == 0
+    return torch.where(always, round_by_frexp(x), x)
+
+
+def round_python_frexp(x):
+    """math.frexp and math.ldexp on Python floats, one value at a time: no tensor operation rounds anything."""
+    out = []
+    for v in x.reshape(-1).tolist():
+        if math.isfinite(v):
+            m, e = math.frexp(v)
+            keep = min(8, e + 133)
+            v = math.copysign(math.ldexp(round(m * 2.0**keep), e - keep), v)
+        out.append(v)
+    return torch.tensor(out, dtype=torch.float32).reshape(x.shape)
 
 
 class _AlwaysClose(torch.Tensor):
@@ -470,6 +511,13 @@ WRONG = [
     W("round_to_bf16", lambda x: x.type(torch.bfloat16).float(), "exact_values_stay", "made a bfloat16 tensor"),
     W("round_to_bf16", round_via_copy_into_bf16, "exact_values_stay", "made a bfloat16 tensor"),
     W("round_to_bf16", round_via_aten, "exact_values_stay", "made a bfloat16 tensor"),
+    # issue 26: right values without the integer operations the exercise asks for (the trace's lineage)
+    W("round_to_bf16", round_by_frexp, "exact_values_stay", "rounded with floating-point arithmetic (div, frexp"),
+    W("round_to_bf16", round_frexp_with_decoy, "exact_values_stay", "rounded with floating-point arithmetic"),
+    W("round_to_bf16", round_frexp_blended, "exact_values_stay", "rounded with floating-point arithmetic"),
+    W("round_to_bf16", round_python_frexp, "exact_values_stay",
+      "without integer bit operations on x.view(torch.int32) (no tensor operation made its values)"),
+    W("round_to_bf16", round_python_struct, "exact_values_stay", "without integer bit operations on x.view"),
     # careless or hostile
     W("round_to_bf16", round_in_place, "rounds_to_nearest", "changed its input in place"),
     W("round_to_bf16", lambda x: torch.zeros_like(x).as_subclass(_AlwaysClose), "exact_values_stay",
@@ -534,6 +582,23 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
     assert_caught("dtypes", wrong, public_only=wrong.answer not in LEFT_TO_HIDDEN)
 
 
+@pytest.mark.parametrize("answer", [round_by_frexp, round_frexp_blended, round_python_frexp, round_python_struct],
+                         ids=["frexp", "blended", "python_frexp", "struct"])
+def test_the_other_methods_are_bit_identical(answer):
+    """Each matches torch's conversion bit for bit (NaN staying NaN) on a million bit patterns and the edges: only the
+    check of the method (the call's trace) stops them."""
+    torch.manual_seed(0)
+    bits = torch.cat([torch.randint(-2**31, 2**31, (2**20 if answer in (round_by_frexp, round_frexp_blended)
+                                                    else 2**14,), dtype=torch.int64).to(torch.int32),
+                      torch.tensor([0, 1, 0x8000, 0x18000, 0x7F7F8000, 0x7F7FFFFF, 0x7F800000, 0x00800000,
+                                    0x3F808000, 0x3F818000], dtype=torch.int32)])
+    for x in (bits.view(torch.float32), -bits.view(torch.float32)):
+        got, want = answer(x), x.to(torch.bfloat16).float()
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan)
+        assert torch.equal(got.view(torch.int32)[~nan], want.view(torch.int32)[~nan])
+
+
 @pytest.mark.parametrize("name,fn", [("smallest_subnormal", subnormal_by_nextafter),
                                      ("smallest_subnormal", subnormal_by_numpy_finfo),
                                      ("smallest_subnormal", subnormal_by_math_ulp),
@@ -561,6 +626,13 @@ def round_aten(x):
     return torch.ops.aten._to_copy.default(x, dtype=torch.bfloat16).float()
 def round_truncate(x):
     return (x.view(torch.int32) & MASK).view(torch.float32)
+def round_frexp(x):
+    m, e = torch.frexp(x)
+    keep = torch.clamp(e + 133, max=8)
+    scale = torch.ldexp(torch.ones_like(m), keep)
+    r = torch.round(m * scale) / scale
+    half = torch.div(e, 2, rounding_mode="floor")
+    return torch.where(torch.isfinite(x), torch.ldexp(torch.ldexp(r, half), e - half), x)
 def scale_ok(scale, found_inf, good_steps, growth_interval=2000):
     if found_inf:
         return scale * 0.5, 0
@@ -593,14 +665,18 @@ def graded_in_kernel(bridge, exercise_id: str, name: str) -> list[tuple[str, boo
 
 
 @pytest.mark.parametrize("name,passes", [("round_ok", True), ("round_to", False), ("round_method", False),
-                                         ("round_aten", False), ("round_truncate", False)])
+                                         ("round_aten", False), ("round_truncate", False), ("round_frexp", False)])
 def test_round_to_bf16_graded_in_a_kernel(kernel_bridge, name, passes):
-    """The conversion is caught where the student's code runs, not only in the notebook."""
+    """The conversion is caught where the student's code runs, not only in the notebook; so is frexp/ldexp
+    rounding (issue 26), from the trace the kernel records and sends back."""
     results = graded_in_kernel(kernel_bridge, "dtypes.round_to_bf16", name)
     assert all(ok for _, ok, _ in results) == passes, results
     if name in ("round_to", "round_aten"):
         assert all("bfloat16 tensor" in msg for _, ok, msg in results if not ok)
         assert not any(ok for _, ok, _ in results)
+    if name == "round_frexp":
+        assert not any(ok for _, ok, _ in results)
+        assert all("rounded with floating-point arithmetic" in msg for _, _, msg in results), results
 
 
 @pytest.mark.parametrize("name,passes", [("scale_ok", True), ("scale_no_reset", False)])

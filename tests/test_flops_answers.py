@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from grader.results import ERROR
 from grader.runner import run_exercise
 
 from tests.answers import Wrong, assert_caught, assert_passes, failures, ids
@@ -57,28 +60,90 @@ def mlp_per_token_params(batch, dims):
             "total": 6 * batch * params - 2 * batch * first}
 
 
-def transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
-    s, d = seq_len, d_model
-    return n_layers * (8 * s * d * d + 4 * s * s * d + 4 * s * d * d_ff) + 2 * s * d * vocab_size
+def transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, *, n_kv_heads=None, swiglu=False,
+                            count_masked=True, logits=True):
+    s, d, kv = seq_len, d_model, (n_kv_heads or n_heads) * (d_model // n_heads)
+    pairs = s * s if count_masked else s * (s + 1) // 2
+    per_layer = 4 * s * d * d + 4 * s * d * kv + 4 * pairs * d + (6 if swiglu else 4) * s * d * d_ff
+    return n_layers * per_layer + (2 * s * d * vocab_size if logits else 0)
 
 
-def transformer_loop(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
-    """Layer by layer, head by head, one matmul at a time."""
+def transformer_loop(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, *, n_kv_heads=None, swiglu=False,
+                     count_masked=True, logits=True):
+    """Layer by layer, head by head, one matmul at a time; the causal half as a sum over the queries' rows."""
     mm = lambda m, k, n: 2 * m * k * n
     head_dim = d_model // n_heads
+    kv_heads = n_kv_heads if n_kv_heads is not None else n_heads
+    kept = math.comb(seq_len + 1, 2)   # keys seen by query 0, 1, ..., seq_len - 1: 1 + 2 + ... + seq_len
     total = 0
     for _ in range(n_layers):
-        total += sum(mm(seq_len, d_model, d_model) for _ in "qkvo")
+        total += mm(seq_len, d_model, d_model) * 2                     # Q and O
+        total += mm(seq_len, d_model, kv_heads * head_dim) * 2         # K and V
         for _ in range(n_heads):
-            total += mm(seq_len, head_dim, seq_len) + mm(seq_len, seq_len, head_dim)
-        total += mm(seq_len, d_model, d_ff) + mm(seq_len, d_ff, d_model)
-    return total + mm(seq_len, d_model, vocab_size)
+            if count_masked:
+                total += mm(seq_len, head_dim, seq_len) + mm(seq_len, seq_len, head_dim)
+            else:
+                total += 2 * mm(1, head_dim, 1) * kept
+        total += mm(seq_len, d_model, d_ff) * (2 if swiglu else 1) + mm(seq_len, d_ff, d_model)
+    return total + (mm(seq_len, d_model, vocab_size) if logits else 0)
 
 
-def transformer_per_token(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+def transformer_per_token(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options):
     """2 FLOPs per weight per token, plus attention's share, which grows with the context; times the tokens."""
-    weights = n_layers * (4 * d_model**2 + 2 * d_model * d_ff) + d_model * vocab_size
-    return seq_len * (2 * weights + 4 * n_layers * seq_len * d_model)
+    kv = (options.get("n_kv_heads") or n_heads) * (d_model // n_heads)
+    mlp_mats = 3 if options.get("swiglu") else 2
+    weights = n_layers * (2 * d_model**2 + 2 * d_model * kv + mlp_mats * d_model * d_ff)
+    weights += d_model * vocab_size if options.get("logits", True) else 0
+    attention = 4 * n_layers * d_model * (seq_len * seq_len if options.get("count_masked", True)
+                                          else seq_len * (seq_len + 1) // 2)
+    return seq_len * 2 * weights + attention
+
+
+def adamw_by_steps(num_params, weight_decay=True):
+    decay = 1 if weight_decay else 0               # p *= 1 - lr * wd
+    first = 3                                       # m += (1 - beta1) * (g - m)
+    second = 4                                      # v = beta2 * v + (1 - beta2) * g * g
+    update = 6                                      # sqrt(v), / sqrt(1 - beta2^t), + eps, m / that, * step size, p +
+    return (decay + first + second + update) * num_params
+
+
+def decode_by_bytes(batch, d_model, bytes_per_element):
+    weights, activations = d_model * d_model, 2 * batch * d_model     # read once; input read, output written
+    return 2 * batch * d_model * d_model / ((weights + activations) * bytes_per_element)
+
+
+def ridge_by_formula(d_model, bytes_per_element, peak, bandwidth):
+    ridge = peak / bandwidth
+    if d_model / bytes_per_element <= ridge:
+        return None
+    return max(1, math.ceil(ridge * bytes_per_element * d_model / (2 * (d_model - ridge * bytes_per_element))))
+
+
+def ridge_by_search(d_model, bytes_per_element, peak, bandwidth):
+    """Double the batch until it reaches the ridge, then bisect: no formula to solve, exact rationals."""
+    ridge = Fraction(peak) / Fraction(bandwidth)
+    intensity = lambda b: Fraction(2 * b * d_model**2, bytes_per_element * (d_model**2 + 2 * b * d_model))
+    if Fraction(d_model, bytes_per_element) <= ridge:
+        return None
+    high = 1
+    while intensity(high) < ridge:
+        high *= 2
+    low = high // 2          # intensity(low) < ridge, or low == 0
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if intensity(mid) >= ridge else (mid, high)
+    return high
+
+
+def ridge_by_scan(d_model, bytes_per_element, peak, bandwidth):
+    """Batch 1, 2, 3, ... until the intensity reaches the ridge: slow for a ridge far out, never wrong."""
+    ridge = peak / bandwidth
+    if d_model / bytes_per_element <= ridge:
+        return None
+    batch = 1
+    while decode_by_bytes(batch, d_model, bytes_per_element) < ridge:
+        batch += 1
+    return batch
 
 
 def roofline_branch(i, p, b):
@@ -99,6 +164,10 @@ CORRECT = [
     ("training_days", lambda n, d, g, p, m: 2 * 7 * (6 * n * d / (g * p * m)) / (2 * 7 * 86_400)),
     ("transformer_flops", transformer_closed_form), ("transformer_flops", transformer_loop),
     ("transformer_flops", transformer_per_token),
+    ("adamw_step_flops", adamw_by_steps), ("adamw_step_flops", lambda n, weight_decay=True: (13 + weight_decay) * n),
+    ("decode_intensity", decode_by_bytes),
+    ("decode_intensity", lambda b, d, e: float(Fraction(2 * b * d, e * (d + 2 * b)))),
+    ("ridge_batch", ridge_by_formula), ("ridge_batch", ridge_by_search), ("ridge_batch", ridge_by_scan),
     ("arithmetic_intensity", lambda flops, nbytes: flops / nbytes),
     ("arithmetic_intensity", lambda flops, nbytes: float(flops) * (1.0 / float(nbytes))),
     ("roofline", lambda i, p, b: min(p, i * b)),
@@ -155,8 +224,9 @@ def mlp_tensors(batch, dims):
 
 
 def _transformer(n_layers, d, n_heads, d_ff, vocab, s, *, two=2, attention=None, mlp=None, head=None, layers=None,
-                 projections=4, embedding=0):
-    """The right count with one part changed, for the named mistakes below."""
+                 projections=4, embedding=0, **options):
+    """The right count with one part changed, for the named mistakes below (options are accepted and ignored: these
+    mistakes are in the default convention, which the first checks ask for)."""
     attention = 2 * two * s * s * d if attention is None else attention
     mlp = 2 * two * s * d * d_ff if mlp is None else mlp
     head = two * s * d * vocab if head is None else head
@@ -168,68 +238,161 @@ def _transformer(n_layers, d, n_heads, d_ff, vocab, s, *, two=2, attention=None,
 # says.
 TRANSFORMER_WRONG = {
     "no factor 2 per multiply-add": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, two=1),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, two=1),
         "a_tiny_model", "a multiply-add is 2 FLOPs"),
     "attention scores and weighted sum forgotten": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, attention=0),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, attention=0),
         "a_tiny_model", "weighted sum weights @ v are missing"),
     "the causal half, s^2 / 2": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, attention=2 * s * s * d),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, attention=2 * s * s * d),
         "a_tiny_model", "causal half"),
     "the causal half, s (s + 1) / 2": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, attention=2 * s * (s + 1) * d),
-        "a_tiny_model", "causal half"),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s,
+                                                                        attention=2 * s * (s + 1) * d),
+        "a_tiny_model", "count_masked=False convention"),
     "unembedding forgotten": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, head=0),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, head=0),
         "a_tiny_model", "unembedding is missing"),
     "MLP of d_model x d_model": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, mlp=4 * s * d * d),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, mlp=4 * s * d * d),
         "a_tiny_model", "d_model x d_model"),
     "MLP with d_ff = 4 d_model": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, mlp=16 * s * d * d),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, mlp=16 * s * d * d),
         "a_tiny_model", "d_ff = 4 x d_model"),
     "per token, not per sequence": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s) // s,
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s) // s,
         "a_tiny_model", "per token"),
     "one layer only": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, layers=1),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, layers=1),
         "agrees_with_flop_counter", "one layer only"),
     "output projection forgotten": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, projections=3),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, projections=3),
         "a_tiny_model", "four projections"),
     "the embedding counted as a matmul": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, embedding=2 * s * d * v),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s, embedding=2 * s * d * v),
         "a_tiny_model", "embedding counted as a matmul"),
     "forward and backward (6N)": W(
-        "transformer_flops", lambda L, d, h, f, v, s: 3 * _transformer(L, d, h, f, v, s),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: 3 * _transformer(L, d, h, f, v, s),
         "a_tiny_model", "training step"),
     "attention of one head only": W(
-        "transformer_flops", lambda L, d, h, f, v, s: _transformer(L, d, h, f, v, s, attention=4 * s * s * (d // h)),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: _transformer(L, d, h, f, v, s,
+                                                                        attention=4 * s * s * (d // h)),
         "a_tiny_model", "one head only"),
     "a float": W(
-        "transformer_flops", lambda L, d, h, f, v, s: float(_transformer(L, d, h, f, v, s)),
+        "transformer_flops", lambda L, d, h, f, v, s, **o: float(_transformer(L, d, h, f, v, s)),
         "a_tiny_model", "Python int"),
 }
 
 
-def transformer_counted_on_meta(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+# The conventions (issue 27): each option mishandled, right everywhere else.
+def _attention(n_layers, d, s, pairs):
+    return n_layers * 4 * pairs * d
+
+
+def tf_kv_heads_ignored(L, d, h, f, v, s, *, n_kv_heads=None, **options):
+    return transformer_closed_form(L, d, h, f, v, s, **options)
+
+
+def tf_kv_heads_shrink_attention(L, d, h, f, v, s, **options):
+    kv_heads = options.get("n_kv_heads") or h
+    pairs = s * s if options.get("count_masked", True) else s * (s + 1) // 2
+    return (transformer_closed_form(L, d, h, f, v, s, **options) - _attention(L, d, s, pairs)
+            + _attention(L, kv_heads * (d // h), s, pairs))
+
+
+def tf_kv_heads_shrink_q_and_o(L, d, h, f, v, s, **options):
+    kv_width = (options.get("n_kv_heads") or h) * (d // h)
+    return transformer_closed_form(L, d, h, f, v, s, **options) - L * 4 * s * d * d + L * 4 * s * d * kv_width
+
+
+def tf_swiglu_two_matrices(L, d, h, f, v, s, *, swiglu=False, **options):
+    return transformer_closed_form(L, d, h, f, v, s, **options)
+
+
+def tf_count_masked_ignored(L, d, h, f, v, s, *, count_masked=True, **options):
+    return transformer_closed_form(L, d, h, f, v, s, **options)
+
+
+def tf_half_of_s_squared(L, d, h, f, v, s, **options):
+    full = transformer_closed_form(L, d, h, f, v, s, **options)
+    if options.get("count_masked", True):
+        return full
+    return full - _attention(L, d, s, s * (s + 1) // 2) + L * 2 * s * s * d   # s^2 / 2 pairs per head
+
+
+def tf_diagonal_left_out(L, d, h, f, v, s, **options):
+    full = transformer_closed_form(L, d, h, f, v, s, **options)
+    if options.get("count_masked", True):
+        return full
+    return full - _attention(L, d, s, s * (s + 1) // 2) + _attention(L, d, s, s * (s - 1) // 2)
+
+
+def tf_logits_ignored(L, d, h, f, v, s, *, logits=True, **options):
+    return transformer_closed_form(L, d, h, f, v, s, **options)
+
+
+def transformer_flops_first_signature(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    """Today's convention only, in the exercise's first signature: no options accepted."""
+    return transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len)
+
+
+CONVENTION_WRONG = {
+    "n_kv_heads ignored (K and V at full width)": W(
+        "transformer_flops", tf_kv_heads_ignored, "conventions_by_hand", "n_kv_heads ignored"),
+    "the attention matmuls shrunk with the KV heads": W(
+        "transformer_flops", tf_kv_heads_shrink_attention, "conventions_by_hand", "shrunk with the K and V heads"),
+    "Q and O shrunk with the KV heads": W(
+        "transformer_flops", tf_kv_heads_shrink_q_and_o, "conventions_by_hand", "Q and O shrunk too"),
+    "SwiGLU counted with two matrices": W(
+        "transformer_flops", tf_swiglu_two_matrices, "conventions_by_hand", "has three matrices"),
+    "count_masked ignored (the full scores)": W(
+        "transformer_flops", tf_count_masked_ignored, "conventions_by_hand", "seq_len x seq_len scores counted"),
+    "the kept half as s^2 / 2": W(
+        "transformer_flops", tf_half_of_s_squared, "conventions_by_hand", "the mask keeps the diagonal too"),
+    "the kept half without the diagonal": W(
+        "transformer_flops", tf_diagonal_left_out, "conventions_by_hand", "the diagonal left out"),
+    "logits=False ignored": W(
+        "transformer_flops", tf_logits_ignored, "conventions_by_hand", "counted although logits=False"),
+    "the first signature, no options": W(
+        "transformer_flops", transformer_flops_first_signature, "conventions_by_hand", "unexpected keyword argument",
+        status=ERROR),
+}
+
+
+def transformer_counted_on_meta(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options):
     """The shortcut: let torch count (on the meta device, so any size runs)."""
     from grader.exercises.flops import _Decoder
-    model = _Decoder(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, device="meta")
+    model = _Decoder(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, device="meta", **options)
     with FlopCounterMode(display=False) as counter:
         model(torch.zeros(1, seq_len, dtype=torch.long, device="meta"))
     return counter.get_total_flops()
 
 
-def transformer_counted_by_module_path(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+def transformer_counted_by_module_path(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options):
     import torch.utils.flop_counter
     with torch.utils.flop_counter.FlopCounterMode(display=False) as counter:
         pass
-    return transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len) + counter.get_total_flops()
+    return (transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options)
+            + counter.get_total_flops())
 
 
-def transformer_through_floats(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
-    return int(float(transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len)))
+def transformer_attention_by_sdpa_formula(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options):
+    """Attention's matmuls from torch's SDPA formula, the rest by hand: a forbidden formula under another name."""
+    from torch.utils.flop_counter import sdpa_flop_count
+    shape = (1, n_heads, seq_len, d_model // n_heads)
+    attention = n_layers * sdpa_flop_count(shape, shape, shape)
+    rest = transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options)
+    return rest - n_layers * 4 * seq_len * seq_len * d_model + attention
+
+
+def matmul_by_conv_formula(m, k, n):
+    """A matmul is a 1 x 1 convolution: torch's conv formula counts it (a forbidden formula under another name)."""
+    from torch.utils.flop_counter import conv_flop_count
+    return conv_flop_count([m, k, 1], [n, k, 1], [m, n, 1])
+
+
+def transformer_through_floats(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options):
+    return int(float(transformer_closed_form(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options)))
 
 
 class _LyingInt(int):
@@ -275,6 +438,24 @@ def matmul_through_floats(m, k, n):
     return int(2.0 * m * k * n)
 
 
+def decode_counted(batch, d_model, bytes_per_element):
+    """The shortcut: torch's counter on a real Linear (meta: any size that fits a tensor). Refused."""
+    dtype = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[bytes_per_element]
+    layer = nn.Linear(d_model, d_model, bias=False, device="meta", dtype=dtype)
+    x = torch.empty(batch, d_model, device="meta", dtype=dtype)
+    with FlopCounterMode(display=False) as counter:
+        out = layer(x)
+    return counter.get_total_flops() / (layer.weight.nbytes + x.nbytes + out.nbytes)
+
+
+def ridge_without_none(d_model, bytes_per_element, peak, bandwidth):
+    """The formula, with None where the crossing comes out negative: a division by zero where d / bytes equals the
+    ridge (approached, never reached)."""
+    ridge = peak / bandwidth
+    crossing = ridge * bytes_per_element * d_model / (2 * (d_model - ridge * bytes_per_element))
+    return max(1, math.ceil(crossing)) if crossing > 0 else None
+
+
 # whole-job shortcuts: torch's counter (any size runs on the meta device) and its formula; the first public check
 # fails, naming the call, under the name the notebook imported it by and under its module path
 SHORTCUTS = [
@@ -285,6 +466,10 @@ SHORTCUTS = [
       "must do this itself, not call torch.utils.flop_counter.FlopCounterMode"),
     W("transformer_flops", transformer_counted_by_module_path, "a_tiny_model",
       "must do this itself, not call torch.utils.flop_counter.FlopCounterMode"),
+    W("transformer_flops", transformer_attention_by_sdpa_formula, "a_tiny_model",
+      "not call torch.utils.flop_counter.sdpa_flop_count"),
+    W("matmul_flops", matmul_by_conv_formula, "small_matmuls", "not call torch.utils.flop_counter.conv_flop_count"),
+    W("decode_intensity", decode_counted, "batch_one_is_near_one", "not call torch.utils.flop_counter.FlopCounterMode"),
 ]
 
 WRONG = [
@@ -362,9 +547,56 @@ WRONG = [
     # transformer_flops beyond the named mistakes (TRANSFORMER_WRONG): a detour through floats (inexact past 2**53,
     # a hidden check's sizes), all parameters x 2 per token (embeddings and all)
     W("transformer_flops", transformer_through_floats, "huge_shapes_exactly", "the count is 168,347,328,704,148,060"),
-    W("transformer_flops", lambda L, d, h, f, v, s: 2 * s * (L * (4 * d * d + 2 * d * f + 9 * d + f + 4 * d)
-                                                             + 2 * v * d + s * d + 2 * d),
+    W("transformer_flops", lambda L, d, h, f, v, s, **o: 2 * s * (L * (4 * d * d + 2 * d * f + 9 * d + f + 4 * d)
+                                                                  + 2 * v * d + s * d + 2 * d),
       "a_tiny_model", "returned 3,752; by hand it is 2,688"),
+    # adamw_step_flops: the textbook's per-element bias correction of m (15), the decay always or never counted, every
+    # fused operation (lerp, addcmul, addcdiv) counted as one FLOP, a float, the forward pass's 2 per parameter
+    W("adamw_step_flops", lambda n, weight_decay=True: (14 + weight_decay) * n, "a_thousand_parameters",
+      "the bias correction of the first moment"),
+    W("adamw_step_flops", lambda n, weight_decay=True: 14 * n, "a_thousand_parameters",
+      "with weight_decay=False torch skips the decay"),
+    W("adamw_step_flops", lambda n, weight_decay=True: 13 * n, "a_thousand_parameters",
+      "one FLOP per parameter missing"),
+    W("adamw_step_flops", lambda n, weight_decay=True: (7 + weight_decay) * n, "a_thousand_parameters",
+      "returned 8,000 (8 per parameter); torch.optim.AdamW runs 14,000 (14 per parameter)"),
+    W("adamw_step_flops", lambda n, weight_decay=True: float((13 + weight_decay) * n), "a_thousand_parameters",
+      "should be a Python int, got the float"),
+    W("adamw_step_flops", lambda n, weight_decay=False: (13 + weight_decay) * n, "a_thousand_parameters",
+      "weight_decay defaults to True"),
+    W("adamw_step_flops", lambda n, weight_decay=True: 2 * n, "a_thousand_parameters",
+      "returned 2,000 (2 per parameter)"),
+    # decode_intensity: the weights' bytes only, the activations' only, the output forgotten, upside down, one FLOP
+    # per multiply-add, bits, floor division, a NumPy float
+    W("decode_intensity", lambda B, d, e: 2 * B * d * d / (e * d * d), "batch_one_is_near_one",
+      "the weights' bytes only"),
+    W("decode_intensity", lambda B, d, e: 2 * B * d * d / (e * 2 * B * d), "batch_one_is_near_one",
+      "the activations' bytes only"),
+    W("decode_intensity", lambda B, d, e: 2 * B * d * d / (e * (d * d + B * d)), "batch_one_is_near_one",
+      "the output forgotten"),
+    W("decode_intensity", lambda B, d, e: e * (d * d + 2 * B * d) / (2 * B * d * d), "batch_one_is_near_one",
+      "upside down"),
+    W("decode_intensity", lambda B, d, e: B * d * d / (e * (d * d + 2 * B * d)), "batch_one_is_near_one",
+      "yours is 0.5× the expected value"),
+    W("decode_intensity", lambda B, d, e: 2 * B * d * d / (8 * e * (d * d + 2 * B * d)), "batch_one_is_near_one",
+      "yours is 0.125× the expected value"),
+    W("decode_intensity", lambda B, d, e: 2 * B * d * d // (e * (d * d + 2 * B * d)), "batch_one_is_near_one",
+      "returned 0;"),
+    W("decode_intensity", lambda B, d, e: np.float64(decode_by_bytes(B, d, e)), "batch_one_is_near_one",
+      "should be a Python float, got float64"),
+    # ridge_batch: floor instead of ceiling, a strict > at the ridge, no None (a negative batch, a division by zero),
+    # the weights' bytes only (no d_model in it), a float, bits
+    W("ridge_batch", lambda d, e, p, b: None if d / e <= p / b else
+      max(1, math.floor(p / b * e * d / (2 * (d - p / b * e)))), "an_h100_in_bf16", "still below the ridge"),
+    W("ridge_batch", lambda d, e, p, b: None if d / e <= p / b else
+      math.floor(p / b * e * d / (2 * (d - p / b * e))) + 1, "exactly_at_the_ridge", "already reaches it"),
+    W("ridge_batch", lambda d, e, p, b: math.ceil(p / b * e * d / (2 * (d - p / b * e))),
+      "too_narrow_to_reach_the_ridge", "return None"),
+    W("ridge_batch", ridge_without_none, "exactly_at_the_ridge", "division by zero", status=ERROR),
+    W("ridge_batch", lambda d, e, p, b: math.ceil(p / b * e / 2), "an_h100_in_bf16", "still below the ridge"),
+    W("ridge_batch", lambda d, e, p, b: None if d / e <= p / b else
+      float(ridge_by_formula(d, e, p, b)), "an_h100_in_bf16", "should be a Python int, got the float"),
+    W("ridge_batch", lambda d, e, p, b: ridge_by_formula(d, 8 * e, p, b), "an_h100_in_bf16", "already reaches it"),
 ]
 FLOAT_DETOURS = {matmul_through_floats, transformer_through_floats}  # wrong only past 2**53: left to the hidden checks
 
@@ -406,7 +638,7 @@ def test_mlp_at_a_real_size_is_public():
 
 def test_transformer_floats_fail_a_hidden_check():
     r = run_exercise("flops.transformer_flops", transformer_through_floats, hidden=True)
-    assert [c.name for c in r.checks if not c.passed] == ["huge_shapes_exactly"]
+    assert [c.name for c in r.checks if not c.passed] == ["huge_shapes_exactly", "beyond_any_tensor_with_conventions"]
 
 
 def test_transformer_oracles_agree():
@@ -416,13 +648,177 @@ def test_transformer_oracles_agree():
     from grader.hidden.flops import transformer_parts
     assert counted_transformer(1, 6, 3, 7, 10, 4) == transformer_parts(1, 6, 3, 7, 10, 4)
     assert transformer_parts(1, 6, 3, 7, 10, 4) == {"total": 2688, "projections": 1152, "attention": 384, "mlp": 672,
-                                                    "unembedding": 480}
+                                                    "unembedding": 480, "kv": 576, "left_out": 0}
     shape = (80, 8192, 64, 28672, 128256, 8192)
     assert counted_transformer(*shape, device="meta") == transformer_parts(*shape)
     assert transformer_parts(*shape)["total"] == 1_160_706_321_809_408
 
 
 def test_transformer_stub_is_not_implemented():
-    def transformer_flops(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len):
+    def transformer_flops(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, *, n_kv_heads=None, swiglu=False,
+                          count_masked=True, logits=True):
         raise NotImplementedError
     assert run_exercise("flops.transformer_flops", transformer_flops, hidden=True).status == "not_implemented"
+
+
+@pytest.mark.parametrize("mistake", list(CONVENTION_WRONG))
+def test_convention_mistakes_are_named(mistake):
+    """Each option mishandled fails conventions_by_hand first (every earlier check asks for the defaults), with a
+    message that names the mistake."""
+    wrong = CONVENTION_WRONG[mistake]
+    result = assert_caught("flops", wrong, public_only=True)
+    assert next(c.name for c in result.checks if not c.passed) == wrong.check, failures(result)
+
+
+def test_convention_oracles_agree():
+    """The conventions check's literals are what FlopCounterMode counts on the real tiny model built with each
+    option, and the hidden closed form agrees; so do the literals at sizes no tensor can hold."""
+    from grader.exercises.flops import _TINY_BY_OPTION, counted_transformer
+    from grader.hidden.flops import transformer_parts
+    for options, want in _TINY_BY_OPTION:
+        assert counted_transformer(1, 6, 3, 7, 10, 4, **options) == want == transformer_parts(1, 6, 3, 7, 10, 4,
+                                                                                               **options)
+    for fused in (False, True):
+        shape, options = (2, 12, 6, 20, 17, 9), {"n_kv_heads": 2, "swiglu": True, "count_masked": False}
+        assert counted_transformer(*shape, fused=fused, **options) == transformer_parts(*shape, **options)
+    assert transformer_parts(1, 2**32, 16, 3, 5, 2)["total"] == 295_147_905_437_050_863_616
+    assert transformer_parts(2, 64, 4, 100, 1000, 2**33)["total"] == 37_778_933_965_223_394_017_280
+    assert transformer_parts(1, 2**32, 16, 3, 5, 2, n_kv_heads=4, swiglu=True, count_masked=False,
+                             logits=False)["total"] == 184_467_440_943_253_946_368
+
+
+def test_adamw_oracle_counts_torchs_own_update():
+    """The oracle's count is what the per-parameter rule says, on both of torch's implementations, and it fails
+    loudly on an operation it has no count for."""
+    from grader.exercises.flops import _ElementwiseCounter, counted_adamw
+    for foreach in (False, True):
+        assert counted_adamw([5, 7], True, foreach=foreach) == 14 * 12
+        assert counted_adamw([5, 7], False, foreach=foreach) == 13 * 12
+    with _ElementwiseCounter() as counter:
+        torch.randn(4).exp()
+    assert counter.unknown == {"aten.exp.default"} and counter.flops == 0
+
+
+def test_intensity_and_ridge_literals_agree_with_the_oracles():
+    """decode_intensity's literals are FlopCounterMode on a real Linear over its tensors' bytes; ridge_batch's are
+    the exact smallest batches, none of them borderline for float arithmetic."""
+    from grader.exercises.flops import measured_intensity
+    from grader.hidden.flops import decode_intensity, ridge_batch_exact
+    assert measured_intensity(1, 8192, 2) == Fraction(8192, 8194)
+    assert measured_intensity(512, 4096, 2) == Fraction(2048, 5)
+    assert measured_intensity(512, 4096, 4) == Fraction(1024, 5)
+    assert decode_intensity(2**40, 2**33, 1) == 8_556_510_721.992218
+    for args, want in (((8192, 2, 989.5e12, 3.35e12), 319), ((4096, 2, 989.5e12, 3.35e12), 346),
+                       ((591, 2, 989.5e12, 3.35e12), 687_994), ((2**33, 2, 989.5e12, 3.35e12), 296),
+                       ((2**33, 1, 989.5e12, 3.35e12), 148), ((400, 2, 1e12, 1e10), 200)):
+        batch, margin = ridge_batch_exact(*args)
+        assert batch == want and (margin > 1e-9 or margin == 0), (args, batch, margin)
+    for args in ((512, 2, 989.5e12, 3.35e12), (590, 2, 989.5e12, 3.35e12), (200, 2, 1e12, 1e10)):
+        assert ridge_batch_exact(*args)[0] is None
+
+
+# ---------------------------------------------------------------- counting by running a model (issue 26)
+
+class _MatmulCounter(TorchDispatchMode):
+    """The issue's shortcut: a dispatch mode adding 2mkn for every mm, addmm and bmm that runs (not torch's counter,
+    so no name refuses it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        operands = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.default: (1, 2),
+                    torch.ops.aten.bmm.default: (0, 1)}.get(func)
+        if operands is not None:
+            a, b = (args[i] for i in operands)
+            self.flops += 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)
+        return out
+
+
+def matmul_run_on_meta(m, k, n):
+    with _MatmulCounter() as counter:
+        torch.empty(m, k, device="meta") @ torch.empty(k, n, device="meta")
+    return counter.flops
+
+
+def mlp_run_on_meta(batch, dims):
+    model = nn.Sequential(*[nn.Linear(a, b, bias=False, device="meta") for a, b in zip(dims, dims[1:])])
+    with _MatmulCounter() as fwd:
+        out = model(torch.empty(batch, dims[0], device="meta"))
+    with _MatmulCounter() as bwd:
+        out.sum().backward()
+    return {"forward": fwd.flops, "backward": bwd.flops, "total": fwd.flops + bwd.flops}
+
+
+def transformer_run_on_meta(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, **options):
+    from grader.exercises.flops import _Decoder
+    model = _Decoder(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, device="meta", **options)
+    with _MatmulCounter() as counter:
+        model(torch.zeros(1, seq_len, dtype=torch.long, device="meta"))
+    return counter.flops
+
+
+def adamw_by_the_graders_oracle(num_params, weight_decay=True):
+    """A real AdamW step counted by the public checks' own counter: right wherever the parameters can exist."""
+    from grader.exercises.flops import counted_adamw
+    return counted_adamw([num_params], weight_decay)
+
+
+def decode_run_on_meta(batch, d_model, bytes_per_element):
+    dtype = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[bytes_per_element]
+    layer = nn.Linear(d_model, d_model, bias=False, device="meta", dtype=dtype)
+    x = torch.empty(batch, d_model, device="meta", dtype=dtype)
+    with _MatmulCounter() as counter:
+        out = layer(x)
+    return counter.flops / (layer.weight.nbytes + x.nbytes + out.nbytes)
+
+
+def ridge_by_running(d_model, bytes_per_element, peak, bandwidth):
+    """A search whose intensities come from a model run on the meta device."""
+    if d_model / bytes_per_element <= peak / bandwidth:
+        return None
+    batch = 1
+    while decode_run_on_meta(batch, d_model, bytes_per_element) < peak / bandwidth:
+        batch *= 2
+    low = batch // 2
+    while batch - low > 1:
+        mid = (low + batch) // 2
+        reached = decode_run_on_meta(mid, d_model, bytes_per_element) >= peak / bandwidth
+        low, batch = (low, mid) if reached else (mid, batch)
+    return batch
+
+
+RUN_A_MODEL = [
+    W("matmul_flops", matmul_run_on_meta, "shapes_no_tensor_can_hold", "more than 2**63 elements"),
+    W("mlp_flops", mlp_run_on_meta, "shapes_no_tensor_can_hold", "more than 2**63 elements"),
+    W("transformer_flops", transformer_run_on_meta, "shapes_no_tensor_can_hold", "more than 2**63 elements"),
+    W("adamw_step_flops", adamw_by_the_graders_oracle, "shapes_no_tensor_can_hold", "more than 2**63 elements"),
+    W("decode_intensity", decode_run_on_meta, "shapes_no_tensor_can_hold", "more than 2**63 elements"),
+    W("ridge_batch", ridge_by_running, "shapes_no_tensor_can_hold", "more than 2**63 elements"),
+]
+
+
+@pytest.mark.parametrize("wrong", RUN_A_MODEL, ids=ids(RUN_A_MODEL))
+def test_counting_by_running_a_model_fails_at_sizes_no_tensor_can_hold(wrong):
+    """A counter of one's own that runs a model (no forbidden name in it) counts every size a tensor can hold: it
+    passes every public check but the one at sizes no tensor can hold, which fails it saying why. (Public checks
+    only: at the hidden checks' sizes a run on the meta device takes minutes where it runs at all.)"""
+    result = run_exercise(f"flops.{wrong.exercise}", wrong.answer, hidden=False)
+    failed = {c.name: c for c in result.checks if not c.passed}
+    assert list(failed) == [wrong.check], failures(result)
+    assert wrong.says in failed[wrong.check].message and len(failed[wrong.check].message) < 600
+
+
+def test_new_stubs_are_not_implemented():
+    def adamw_step_flops(num_params, weight_decay=True):
+        raise NotImplementedError
+
+    def decode_intensity(batch, d_model, bytes_per_element):
+        raise NotImplementedError
+
+    def ridge_batch(d_model, bytes_per_element, peak_flop_per_sec, bandwidth_bytes_per_sec):
+        raise NotImplementedError
+    for fn in (adamw_step_flops, decode_intensity, ridge_batch):
+        assert run_exercise(f"flops.{fn.__name__}", fn, hidden=True).status == "not_implemented"

@@ -1,14 +1,17 @@
 """Chapter 09 checks against answers we did not write the checks from: other correct ones must pass
-(public and hidden checks), plausible wrong ones must fail. The checks simulate the machines, so these
-run the same on a CPU-only machine and on a GPU one."""
+(public and hidden checks), plausible wrong ones must fail. The checks simulate the machines and, for the
+timing exercises, the clock, so these run the same on a CPU-only machine, on a GPU one and on a busy one."""
 from __future__ import annotations
 
 import collections
 import copy
 import itertools
 import statistics
+import threading
 import time
+import timeit
 from collections.abc import Mapping
+from time import monotonic_ns, perf_counter
 
 import numpy as np
 import pytest
@@ -185,6 +188,56 @@ def time_fn_paused_each(fn, warmup=3, reps=10):
     return time_fn_sync(_paused(fn, 0.020), warmup, reps)
 
 
+def time_fn_imported_clock(fn, warmup=3, reps=10):
+    """`from time import perf_counter` at the top of the notebook: an alias the simulated clock must reach too."""
+    for _ in range(warmup):
+        fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(perf_counter() - t0)
+        t0 = perf_counter()
+    return float(np.median(times))
+
+
+def time_fn_monotonic_ns(fn, warmup=3, reps=10):
+    """Integer nanoseconds of time.monotonic_ns (imported by name), events' own synchronize on the GPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            torch.cuda.current_stream().synchronize()
+        t0 = monotonic_ns()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.current_stream().synchronize()
+        times.append(monotonic_ns() - t0)
+    times.sort()
+    n = len(times)
+    return (times[(n - 1) // 2] + times[n // 2]) / 2 / 1e9
+
+
+def time_fn_default_timer(fn, warmup=3, reps=10):
+    """timeit.default_timer, and one synchronize before each clock reading through the accelerator API."""
+    sync = torch.accelerator.synchronize if torch.accelerator.is_available() else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = timeit.default_timer()
+        fn()
+        sync()
+        times.append(timeit.default_timer() - t0)
+    return statistics.median(times)
+
+
 def time_fn_accelerator(fn, warmup=3, reps=10):
     sync = torch.accelerator.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(warmup):
@@ -247,6 +300,43 @@ def bandwidth_block(nbytes, pinned, device):
     return nbytes / best
 
 
+def bandwidth_events(nbytes, pinned, device):
+    """CUDA events around each copy on a GPU, perf_counter on the host; `.pin_memory()` on a made tensor."""
+    if nbytes < 1:
+        raise ValueError("nbytes must be positive")
+    device = torch.device(device)
+    if device.type != "cuda":
+        src = torch.full((nbytes,), 7, dtype=torch.uint8)
+        dst = torch.zeros(nbytes, dtype=torch.uint8)
+        return nbytes / time_fn_events_each(lambda: dst.copy_(src))
+    src = torch.full((nbytes,), 7, dtype=torch.uint8)
+    if pinned:
+        src = src.pin_memory()
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    seconds = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src, non_blocking=bool(pinned))
+        end.record()
+        end.synchronize()
+        seconds.append(start.elapsed_time(end) / 1e3)
+    return nbytes / statistics.median(seconds[1:])
+
+
+def bandwidth_to_device(nbytes, pinned, device):
+    """On a GPU, times `src.to(device, non_blocking=...)`: the caching allocator gives the destination back at no
+    cost, so only the copy is timed; on the CPU, a copy into a tensor made beforehand."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    device = torch.device(device)
+    if device.type == "cuda":
+        src = torch.ones(nbytes, dtype=torch.uint8, pin_memory=bool(pinned))
+        return nbytes / time_fn_sync(lambda: src.to(device, non_blocking=bool(pinned)))
+    src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.empty(nbytes, dtype=torch.uint8)
+    return nbytes / time_fn_imported_clock(lambda: dst.copy_(src))
+
+
 def memory_delta_sync(fn, device):
     device = torch.device(device)
     if device.type == "cuda":
@@ -272,6 +362,19 @@ def memory_delta_stats(fn, device):
     return int(mem.current)
 
 
+def memory_delta_current_device(fn, device):
+    """Makes the device current for the call and reads the current device's counter."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            before = torch.cuda.memory_allocated()
+            fn()
+            return torch.cuda.memory_allocated() - before
+    with track_memory(device) as mem:
+        fn()
+    return mem.current
+
+
 def memory_delta_tracker(fn, device):
     """grader.course.memtrack does both devices itself."""
     with track_memory(device) as mem:
@@ -285,9 +388,12 @@ CORRECT = [
     ("to_device", to_device_match), ("to_device", to_device_copy), ("to_device", to_device_stack),
     ("time_fn", time_fn_sync), ("time_fn", time_fn_events_each), ("time_fn", time_fn_stream_all),
     ("time_fn", time_fn_accelerator), ("time_fn", time_fn_paused_once), ("time_fn", time_fn_paused_each),
+    ("time_fn", time_fn_imported_clock), ("time_fn", time_fn_monotonic_ns), ("time_fn", time_fn_default_timer),
     ("transfer_bandwidth", bandwidth_own_timer), ("transfer_bandwidth", bandwidth_bench),
-    ("transfer_bandwidth", bandwidth_block),
+    ("transfer_bandwidth", bandwidth_block), ("transfer_bandwidth", bandwidth_events),
+    ("transfer_bandwidth", bandwidth_to_device),
     ("memory_delta", memory_delta_sync), ("memory_delta", memory_delta_stats), ("memory_delta", memory_delta_tracker),
+    ("memory_delta", memory_delta_current_device),
 ]
 
 
@@ -678,6 +784,89 @@ def to_device_nothing(batch, device, non_blocking=False):
     return batch
 
 
+to_device_cuda_method = _recursive(lambda x, d, nb: x.cuda(non_blocking=nb) if torch.device(d).type == "cuda"
+                                   else x.to(d, non_blocking=nb))
+to_device_device_type = _recursive(lambda x, d, nb: x.to(torch.device(d).type, non_blocking=nb))
+
+
+def time_fn_sync_after_loop(fn, warmup=3, reps=10):
+    """Times each call on the host clock, and synchronizes once, after the loop."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def time_fn_one_event_pair(fn, warmup=3, reps=10):
+    """One pair of events around all the reps: the mean per call."""
+    for _ in range(warmup):
+        fn()
+    if torch.cuda.is_available():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def time_fn_ns_to_ms(fn, warmup=3, reps=10):
+    """perf_counter_ns, converted to milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return statistics.median(times)
+
+
+def time_fn_process_time(fn, warmup=3, reps=10):
+    """The process's CPU time: it does not count waiting (a GPU, a sleep, another process running)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.process_time()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+def time_fn_off_by_one(fn, warmup=3, reps=10):
+    """Warms up one call too few, and times one call too many, then drops the last."""
+    for _ in range(warmup - 1):
+        fn()
+    times = []
+    for _ in range(reps + 1):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[:reps])
+
+
 def bandwidth_seconds(nbytes, pinned, device):
     """Returns the seconds of the copy, not bytes per second."""
     if nbytes < 1:
@@ -693,25 +882,6 @@ def bandwidth_gbps(nbytes, pinned, device):
 
 def bandwidth_bits(nbytes, pinned, device):
     return 8 * bandwidth_own_timer(nbytes, pinned, device)
-
-
-def _bits_on_a_busy_machine():
-    """Bits per second, from a machine so busy that its calls come in runs of three slowed 3x (each timed copy is
-    done three times) and runs of three at full speed: the slowed ones claim about 2.7x a plain copy's speed,
-    within what the check accepts. Three calls of one look at the answer were all slowed once on a loaded CI
-    machine; the check looks again while the best call is more than twice a plain copy's speed."""
-    calls = itertools.count()
-
-    def bits(nbytes, pinned, device):
-        times = 3 if next(calls) // 3 % 2 == 0 else 1
-        src = torch.ones(nbytes, dtype=torch.uint8)
-        dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
-
-        def copies():
-            for _ in range(times):
-                dst.copy_(src)
-        return 8 * nbytes / time_fn_sync(copies)
-    return bits
 
 
 def bandwidth_fixed_buffer(nbytes, pinned, device):
@@ -752,6 +922,95 @@ def bandwidth_datasheet(nbytes, pinned, device):
     if nbytes < 1:
         raise ValueError(nbytes)
     return float(specs.memory_bandwidth(device) or 1e10)
+
+
+def bandwidth_double_counted(nbytes, pinned, device):
+    """Counts each byte twice: a copy reads nbytes and writes nbytes (issue 26: passed 7/7 on the real clock)."""
+    return 2 * bandwidth_own_timer(nbytes, pinned, device)
+
+
+def bandwidth_times_allocation(nbytes, pinned, device):
+    """Makes the destination inside the timed part (issue 26: passed 7/7 on the real clock)."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    src = torch.ones(nbytes, dtype=torch.uint8)
+
+    def copy():
+        dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        dst.copy_(src)
+    return nbytes / time_fn_sync(copy)
+
+
+def bandwidth_times_clone(nbytes, pinned, device):
+    """Times src.clone() on the host: an allocation and a copy in one call."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    if torch.device(device).type == "cuda":
+        return nbytes / time_fn_sync(lambda: src.to(device))
+    return nbytes / time_fn_sync(lambda: src.clone())
+
+
+def bandwidth_times_everything(nbytes, pinned, device):
+    """One timer around making the source (ones: pages and fill), the destination and the copy."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    t0 = time.perf_counter()
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst.copy_(src)
+    return nbytes / (time.perf_counter() - t0)
+
+
+def bandwidth_allocation_and_double_count(nbytes, pinned, device):
+    """Two mistakes that cancelled out when new memory cost as much as a copy: the destination made in the timed
+    part, and each byte counted twice."""
+    return 2 * bandwidth_times_allocation(nbytes, pinned, device)
+
+
+def bandwidth_process_time(nbytes, pinned, device):
+    """CPU time of the process instead of a wall clock (and a GPU copy waits without using the CPU)."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst.copy_(src)
+    t0 = time.process_time()
+    for _ in range(10):
+        dst.copy_(src)
+    return nbytes / max((time.process_time() - t0) / 10, 1e-12)
+
+
+def bandwidth_no_sync(nbytes, pinned, device):
+    """Pins and copies non_blocking as it should, but reads the host clock without waiting for the GPU."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    device = torch.device(device)
+    pin = pinned and device.type == "cuda"
+    src = torch.ones(nbytes, dtype=torch.uint8, pin_memory=pin)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return nbytes / time_fn_no_sync(lambda: dst.copy_(src, non_blocking=pin))
+
+
+def bandwidth_never_pins(nbytes, pinned, device):
+    """Ignores `pinned` on a GPU too: every copy comes from pageable memory."""
+    return bandwidth_own_timer(nbytes, False, device)
+
+
+def bandwidth_always_pinned_on_gpu(nbytes, pinned, device):
+    """Pins on a GPU whatever `pinned` says."""
+    return bandwidth_own_timer(nbytes, torch.device(device).type == "cuda" or pinned, device)
+
+
+def memory_delta_current_gpu_only(fn, device):
+    """Reads the current GPU's counter whatever device it was given."""
+    if torch.device(device).type == "cuda":
+        before = torch.cuda.memory_allocated()
+        fn()
+        return torch.cuda.memory_allocated() - before
+    with track_memory(device) as mem:
+        fn()
+    return mem.current
 
 
 def memory_delta_peak(fn, device):
@@ -841,14 +1100,20 @@ def memory_delta_doubled(fn, device):
 WRONG = [
     # try_gpu: a string, no index, no bounds, off by one; try_all_gpus: empty, a tuple, cpu appended, one GPU short,
     # a generator
-    W("try_gpu", lambda i=0: f"cuda:{i}" if i < torch.cuda.device_count() else "cpu", "on_this_machine",
-      f"returned str {'cuda:0' if torch.cuda.device_count() else 'cpu'!r}; return a torch.device"),
+    W("try_gpu", lambda i=0: f"cuda:{i}" if i < torch.cuda.device_count() else "cpu", "simulated_machines",
+      "try_gpu() on a machine with 0 GPUs returned str 'cpu'; return a torch.device"),
     W("try_gpu", lambda i=0: torch.device("cuda") if i < torch.cuda.device_count() else torch.device("cpu"),
       "simulated_machines", "a CUDA device without an index"),
-    W("try_gpu", lambda i=0: _cuda_or_cpu(i), "simulated_machines",
-      "returned device(type='cuda', index=1), expected device(type='cpu')"),
+    W("try_gpu", lambda i=0: _cuda_or_cpu(i), "past_the_last_gpu",
+      "try_gpu(1) on a machine with 1 GPU returned device(type='cuda', index=1), expected device(type='cpu')"),
     W("try_gpu", lambda i=0: torch.device(f"cuda:{i}") if i <= torch.cuda.device_count() and torch.cuda.is_available()
-      else torch.device("cpu"), "simulated_machines", "returned device(type='cuda', index=1), expected device(type='cpu')"),
+      else torch.device("cpu"), "past_the_last_gpu",
+      "returned device(type='cuda', index=1), expected device(type='cpu')"),
+    W("try_gpu", lambda i=0: torch.device("cuda", min(i, torch.cuda.device_count() - 1)) if torch.cuda.is_available()
+      else torch.device("cpu"), "past_the_last_gpu", "try_gpu(1) on a machine with 1 GPU returned device(type='cuda', "
+      "index=0), expected device(type='cpu')"),
+    W("try_gpu", lambda i=0: torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu"),
+      "simulated_machines", "try_gpu(1) on a machine with 4 GPUs returned device(type='cuda', index=0)"),
     W("try_all_gpus", lambda: [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())], "all_gpus_or_cpu",
       "returned [], expected [device(type='cpu')]"),
     W("try_all_gpus", lambda: tuple(try_all_gpus_loop()), "all_gpus_or_cpu", "returned tuple"),
@@ -858,6 +1123,11 @@ WRONG = [
       [torch.device("cpu")], "all_gpus_or_cpu", "returned [device(type='cpu')], expected [device(type='cuda', index=0)]"),
     W("try_all_gpus", lambda: (torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())), "all_gpus_or_cpu",
       "returned generator"),
+    W("try_all_gpus", lambda: [torch.device(f"cuda:{i}") for i in range(1, torch.cuda.device_count() + 1)] or
+      [torch.device("cpu")], "all_gpus_or_cpu",
+      "returned [device(type='cuda', index=1)], expected [device(type='cuda', index=0)]"),
+    W("try_all_gpus", lambda: [torch.device("cuda")] * torch.cuda.device_count() or [torch.device("cpu")],
+      "all_gpus_or_cpu", "returned [device(type='cuda')], expected [device(type='cuda', index=0)]"),
     # to_device
     W("to_device", to_device_top_level, "moves_nested_tensors", "batch['extra']['mask'] is on cpu"),
     W("to_device", to_device_drops_leaves, "keeps_other_leaves", "but came back with ['x', 'ids']"),
@@ -874,29 +1144,57 @@ WRONG = [
     W("to_device", to_device_converts_numpy, "keeps_other_leaves", "was a NumPy array, not a tensor"),
     W("to_device", to_device_empty_like, "passes_non_blocking_on", "the tensors were not moved with .to(device"),
     W("to_device", to_device_nothing, "moves_nested_tensors", "batch['x'] is on cpu, expected meta"),
+    # on simulated GPUs: the device given, index and all
+    W("to_device", to_device_cuda_method, "to_a_simulated_gpu", "batch['x'] is on cuda:0, expected cuda:1 (move it to "
+      "the device you are given"),
+    W("to_device", to_device_device_type, "to_a_simulated_gpu", "batch['x'] is on cuda:0, expected cuda:1"),
     # each Mapping mistake gets the message that says what to keep (the type, the default_factory)
     W("to_device", to_device_exact_dict, "keeps_mapping_types", "batch['x'] is on cpu"),
     W("to_device", to_device_plain_dicts, "keeps_mapping_types", "came back as a dict"),
     W("to_device", to_device_mapping_type_call, "keeps_mapping_types", "TypeError: first argument must be callable",
       status=ERROR),
     W("to_device", to_device_drops_factory, "keeps_mapping_types", "came back with default_factory None"),
-    # time_fn
+    # time_fn: on the simulated clock every mistake lands on a value the check names
     W("time_fn", time_fn_no_sync, "waits_for_the_gpu", "the host's clock only saw the launches"),
     W("time_fn", time_fn_sync_before_only, "waits_for_the_gpu", "the host's clock only saw the launches"),
+    W("time_fn", time_fn_sync_after_loop, "waits_for_the_gpu", "the host's clock only saw the launches"),
     W("time_fn", time_fn_events_no_wait, "waits_for_the_gpu", "device not ready", status=ERROR),
+    W("time_fn", time_fn_one_event_pair, "median_of_the_timed_calls", "that is the mean: take the median"),
     W("time_fn", time_fn_events_ms, "median_of_the_timed_calls", "return seconds, not milliseconds"),
-    W("time_fn", time_fn_mean, "median_of_the_timed_calls", "that is about the mean"),
-    W("time_fn", time_fn_mean_paused_in_warmup, "median_of_the_timed_calls", "that is about the mean"),
-    W("time_fn", time_fn_min, "median_of_the_timed_calls", "that is about the fastest call"),
+    W("time_fn", time_fn_ns_to_ms, "median_of_the_timed_calls", "return seconds, not milliseconds"),
+    W("time_fn", time_fn_mean, "median_of_the_timed_calls", "that is the mean: take the median"),
+    W("time_fn", time_fn_mean_paused_in_warmup, "median_of_the_timed_calls", "that is the mean: take the median"),
+    W("time_fn", time_fn_min, "median_of_the_timed_calls", "that is the fastest call: take the median"),
     W("time_fn", time_fn_times_warmup, "median_of_the_timed_calls", "are the warm-up calls in it?"),
+    W("time_fn", time_fn_off_by_one, "median_of_the_timed_calls", "one call too early"),
+    W("time_fn", time_fn_process_time, "median_of_the_timed_calls", "does your clock see fn's work?"),
+    W("time_fn", time_fn_process_time, "on_the_real_clock", "each call takes about 0.012 s"),
+    W("time_fn", time_fn_events_ms, "on_the_real_clock", "that is milliseconds; return seconds"),
     W("time_fn", time_fn_extra_call, "calls_fn_warmup_plus_reps_times", "called fn 8 times"),
     W("time_fn", time_fn_tensor, "calls_fn_warmup_plus_reps_times", "return the seconds as a Python float"),
-    # transfer_bandwidth: the limits come from plain copies timed beside the answer. bandwidth_bits says "bits per
-    # second?" only when its copy ran near theirs; on a loaded machine the message may name another cause.
+    # transfer_bandwidth: on the simulated machine a copy of n bytes takes n / rate seconds and allocating or filling
+    # costs what writing costs, so each mistake is off by a factor the message names
     W("transfer_bandwidth", bandwidth_seconds, "bytes_per_second_on_cpu", "is that a time, or GB/s?"),
     W("transfer_bandwidth", bandwidth_gbps, "bytes_per_second_on_cpu", "is that a time, or GB/s?"),
-    W("transfer_bandwidth", bandwidth_bits, "bytes_per_second_on_cpu"),
-    W("transfer_bandwidth", _bits_on_a_busy_machine(), "bytes_per_second_on_cpu"),
+    W("transfer_bandwidth", bandwidth_bits, "bytes_per_second_on_cpu", "bits per second?"),
+    W("transfer_bandwidth", bandwidth_double_counted, "bytes_per_second_on_cpu", "each byte counted twice"),
+    W("transfer_bandwidth", bandwidth_times_allocation, "bytes_per_second_on_cpu",
+      "does the timed part allocate or fill tensors?"),
+    W("transfer_bandwidth", bandwidth_times_clone, "bytes_per_second_on_cpu",
+      "does the timed part allocate or fill tensors?"),
+    W("transfer_bandwidth", bandwidth_times_everything, "bytes_per_second_on_cpu",
+      "does the timed part allocate or fill tensors?"),
+    # the process's CPU time does not count a wait for the GPU (on a CPU it measures real copies: no fixed factor)
+    W("transfer_bandwidth", bandwidth_allocation_and_double_count, "bytes_per_second_on_cpu",
+      "returned 2.857e+10 bytes/s, but the simulated copy (host to host) runs at 2e+10 bytes/s: faster than the copy"),
+    W("transfer_bandwidth", bandwidth_process_time, "pinned_and_pageable_on_a_gpu", "on a clock that counts the wait"),
+    W("transfer_bandwidth", bandwidth_no_sync, "pinned_and_pageable_on_a_gpu", "the copy had not finished"),
+    W("transfer_bandwidth", bandwidth_never_pins, "pinned_and_pageable_on_a_gpu",
+      "that is the rate from pageable memory"),
+    W("transfer_bandwidth", bandwidth_always_pinned_on_gpu, "pinned_and_pageable_on_a_gpu",
+      "that is the rate from pinned memory"),
+    W("transfer_bandwidth", bandwidth_seconds, "on_the_real_clock", "is that a time, or GB/s?"),
+    W("transfer_bandwidth", bandwidth_per_millisecond, "on_the_real_clock", "bytes per millisecond?"),
     W("transfer_bandwidth", bandwidth_fixed_buffer, "copies_nbytes", "copy nbytes bytes (not fewer)"),
     W("transfer_bandwidth", bandwidth_always_pins, "pinned_is_ignored_without_cuda",
       "Cannot access accelerator device", status=ERROR),
@@ -912,6 +1210,7 @@ WRONG = [
     W("memory_delta", memory_delta_keeps_result, "return_value_is_not_kept", "that is fn's return value"),
     W("memory_delta", memory_delta_max_no_reset, "cuda_counters", "or the peak of earlier work"),
     W("memory_delta", memory_delta_cuda_only, "counts_what_fn_keeps", "measure on the device fn allocates on"),
+    W("memory_delta", memory_delta_current_gpu_only, "on_the_gpu_it_names", "without a device reads the current GPU"),
     W("memory_delta", memory_delta_total, "not_the_peak", "returned 5242880 bytes, expected 1048576"),
     W("memory_delta", memory_delta_float, "counts_what_fn_keeps", "return a number of bytes as a Python int"),
     # off by a clean factor: the message says so (grader.expect's factor hint), on the CPU and the simulated GPU
@@ -957,18 +1256,95 @@ def test_a_time_fn_without_synchronize_is_told_why():
 
 
 def test_the_simulated_machines_are_put_back():
-    """After every kind of check, torch.cuda is as it was (also after a student function that raised)."""
+    """After every kind of check, torch.cuda, the clocks and the notebook's clock aliases are as they were (also
+    after a student function that raised)."""
     from grader.scenarios import gpu as scenarios
 
     names = ("is_available", "device_count", "synchronize", "Event", "current_stream", "memory_allocated",
-             "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "current_device")
+             "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "current_device", "set_device",
+             "device", "get_device_properties", "Stream")
     before = {n: getattr(torch.cuda, n) for n in names}
-    memory_before = torch.cuda.memory.memory_allocated
-    for name, fn in [("time_fn", time_fn_events_no_wait), ("memory_delta", memory_delta_peak),
-                     ("try_gpu", try_gpu_d2l), ("transfer_bandwidth", bandwidth_always_pins)]:
+    clocks = {n: getattr(time, n) for n in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time",
+                                             "time_ns")}
+    memory_before, default_timer, bench_timer = torch.cuda.memory.memory_allocated, timeit.default_timer, bench._timer
+    for name, fn in [("time_fn", time_fn_events_no_wait), ("time_fn", time_fn_imported_clock),
+                     ("memory_delta", memory_delta_peak), ("try_gpu", try_gpu_d2l),
+                     ("transfer_bandwidth", bandwidth_always_pins), ("transfer_bandwidth", bandwidth_bench),
+                     ("to_device", to_device_cuda_method)]:
         run_exercise(f"gpu.{name}", fn, hidden=True)
     assert {n: getattr(torch.cuda, n) for n in names} == before
+    assert {n: getattr(time, n) for n in clocks} == clocks
+    assert perf_counter is clocks["perf_counter"] and monotonic_ns is clocks["monotonic_ns"]  # this module's aliases
+    assert timeit.default_timer is default_timer and bench._timer is bench_timer
     assert torch.cuda.memory.memory_allocated is memory_before
     assert not scenarios._CALLS
+    assert not torch.overrides._get_current_function_mode_stack()  # no simulated machine left on
     if torch.cuda.is_available():
         assert torch.ones(2).pin_memory().is_pinned()  # no mode left refusing pinning
+
+
+def test_other_threads_keep_the_real_clock():
+    """The simulated clock is the scenario's thread's alone: a thread of the kernel (its heartbeat, the bridge) reading
+    time.perf_counter or time.monotonic during a check sees real seconds go by."""
+    seen = []
+
+    def watch(fn, warmup=3, reps=10):
+        done = threading.Event()
+
+        def reader():
+            t0 = time.perf_counter(), time.monotonic()
+            time.sleep(0.02)
+            seen.append((time.perf_counter() - t0[0], time.monotonic() - t0[1]))
+            done.set()
+        threading.Thread(target=reader).start()
+        done.wait(5)
+        return time_fn_sync(fn, warmup, reps)
+
+    r = run_exercise("gpu.time_fn", watch)
+    assert r.status == "passed", {c.name: c.message for c in r.checks if not c.passed}
+    assert seen and all(0.019 < p < 1 and 0.019 < m < 1 for p, m in seen), seen
+
+
+def test_no_check_sleeps_longer_than_50_ms(monkeypatch):
+    """The simulated clock never sleeps; the real-clock checks sleep at most 50 ms at a time (issue 26)."""
+    from grader.scenarios import gpu as scenarios
+
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        time.sleep(seconds)
+    monkeypatch.setattr(scenarios, "_sleep", sleep)
+    for name, fn in [("time_fn", time_fn_sync), ("time_fn", time_fn_events_each),
+                     ("transfer_bandwidth", bandwidth_bench), ("memory_delta", memory_delta_sync)]:
+        assert_passes("gpu", name, fn)
+    assert slept and max(slept) <= 0.050, max(slept)
+
+
+def test_a_simulated_copy_takes_its_bytes_over_its_rate():
+    """The simulated machine's costs, which every transfer_bandwidth check relies on: a copy of n bytes n / rate, a fill
+    the same, new memory 0.4 of it, a view nothing; a copy from pinned memory queued (the host goes
+    on at once), one from pageable memory waited for."""
+    from grader.scenarios import gpu as scenarios
+
+    n, rates = 2**20, dict(host_rate=1e9, pinned_rate=4e9, pageable_rate=2e9, device_rate=1e12)
+    clock = scenarios._Clock()
+    patches, gpu, _ = scenarios._simulated(clock, 1, (), **rates)
+
+    def costs(step):
+        t0 = clock.now()
+        step()
+        return round((clock.now() - t0) * 1e9 / n, 3)  # in units of n / 1 GB/s
+
+    with patches:
+        src, dst, pinned = torch.ones(n, dtype=torch.uint8), torch.empty(n, dtype=torch.uint8), None
+        assert costs(lambda: dst.copy_(src)) == 1.0
+        assert costs(lambda: torch.empty(n, dtype=torch.uint8)) == 0.4 and costs(lambda: src.clone()) == 1.4
+        assert costs(lambda: torch.ones(n, dtype=torch.uint8)) == 1.4 and costs(lambda: src[: n // 2]) == 0.0
+        pinned = src.pin_memory()
+        on_gpu = torch.empty(n, dtype=torch.uint8, device="cuda")
+        assert pinned.is_pinned() and not src.is_pinned() and on_gpu.device == torch.device("cuda", 0)
+        assert costs(lambda: on_gpu.copy_(pinned, non_blocking=True)) == 0.002  # the launch: 2 µs of host time
+        assert round((gpu.busy_until - clock.now()) * 1e9 / n, 2) == 0.25  # queued: n / 4 GB/s, still to run
+        assert costs(torch.cuda.synchronize) == 0.248
+        assert costs(lambda: on_gpu.copy_(src, non_blocking=True)) == 0.5  # pageable: n / 2 GB/s, the host waits

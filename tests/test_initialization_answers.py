@@ -346,6 +346,79 @@ def _mixture_rebinds_data(weight):
     return weight
 
 
+def _mixture_assigns_data(weight):
+    """weight.data = ...: weight now shows the values, its old memory (a transposed view's base) stays as it was
+    (issue 26: the non-contiguous check read the view, not its base)."""
+    with torch.no_grad():
+        weight.data = mixture_d2l(torch.empty(weight.shape, dtype=weight.dtype))
+    return weight
+
+
+def _mixture_set(weight):
+    with torch.no_grad():
+        weight.set_(mixture_d2l(torch.empty(weight.shape, dtype=weight.dtype)))
+    return weight
+
+
+def _mixture_parameter_data(weight):
+    """Fills contiguous tensors in place, but swaps a Parameter's memory (.data =) 'to keep autograd out'."""
+    if isinstance(weight, nn.Parameter):
+        weight.data = mixture_d2l(torch.empty(weight.shape, dtype=weight.dtype))
+        return weight
+    return mixture_index_assignment(weight)
+
+
+def _quota_values(n, dtype):
+    """n values with exactly n // 4 in [5, 10], n // 4 in [-10, -5], the rest 0, in a random order."""
+    values = torch.zeros(n, dtype=dtype)
+    order = torch.randperm(n)
+    q = n // 4
+    values[order[:q]] = torch.empty(q, dtype=dtype).uniform_(5, 10)
+    values[order[q:2 * q]] = torch.empty(q, dtype=dtype).uniform_(-10, -5)
+    return values
+
+
+def _mixture_randperm_quarters(weight):
+    """Exact quarters by randperm instead of independent draws (issue 26: it passed every check)."""
+    with torch.no_grad():
+        weight.copy_(_quota_values(weight.numel(), weight.dtype).reshape(weight.shape))
+    return weight
+
+
+def _mixture_shuffled_pattern(weight):
+    """A fixed pattern [+, 0, 0, -] repeated, then shuffled: a quarter, a half, a quarter by construction."""
+    n = weight.numel()
+    with torch.no_grad():
+        sign = torch.tensor([1.0, 0.0, 0.0, -1.0], dtype=weight.dtype).repeat(n // 4 + 1)[:n]
+        sign = sign[torch.randperm(n)]
+        weight.copy_((sign * torch.empty(n, dtype=weight.dtype).uniform_(5, 10)).reshape(weight.shape))
+    return weight
+
+
+def _mixture_stratified(weight):
+    """Stratified draws: one uniform in each of n equal slices of [0, 1), shuffled: the quotas hold to one element."""
+    n = weight.numel()
+    with torch.no_grad():
+        u = (torch.randperm(n, dtype=torch.float64) + torch.rand(n, dtype=torch.float64)) / max(n, 1)
+        magnitude = torch.empty(n, dtype=weight.dtype).uniform_(5, 10)
+        values = torch.where(u < 0.25, magnitude, torch.where(u < 0.5, -magnitude, torch.zeros((), dtype=weight.dtype)))
+        weight.copy_(values.reshape(weight.shape))
+    return weight
+
+
+def _mixture_row_quotas(weight):
+    """Exact quarters within every row (argsort of random keys per row); a 1-D tensor is one row."""
+    with torch.no_grad():
+        rows = weight.reshape(-1, weight.shape[-1]) if weight.dim() else weight.reshape(1, 1)
+        n = rows.shape[-1]
+        rank = torch.rand(rows.shape).argsort(dim=-1).argsort(dim=-1)  # each row: a random order of 0 .. n - 1
+        magnitude = torch.empty(rows.shape, dtype=weight.dtype).uniform_(5, 10)
+        zero = torch.zeros((), dtype=weight.dtype)
+        values = torch.where(rank < n // 4, magnitude, torch.where(rank < n // 2, -magnitude, zero))
+        weight.copy_(values.reshape(weight.shape))
+    return weight
+
+
 def _mixture_turns_off_grad(weight):
     weight.requires_grad_(False)
     return _mixture_no_grad_missing(weight)
@@ -386,6 +459,72 @@ def _seed_local_torch_generator(seed):
 
 def _stds_ignores_batch(depth, width, init, nonlinearity, batch=1024, seed=0):
     return _stds_generic(depth, width, init, nonlinearity, 1024, seed)
+
+
+_ACTS = {"linear": lambda h: h, "relu": torch.relu, "tanh": torch.tanh}
+_INITS = {"normal1": lambda w, g: nn.init.normal_(w, generator=g),
+          "default": lambda w, g: nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=g),
+          "xavier": lambda w, g: nn.init.xavier_normal_(w, generator=g),
+          "kaiming": None}
+
+
+def _draw(init, nonlinearity, width, g):
+    if init not in _INITS or nonlinearity not in _ACTS:
+        raise ValueError(f"unknown init {init!r} or nonlinearity {nonlinearity!r}")
+    w = torch.empty(width, width)
+    if init == "kaiming":
+        return nn.init.kaiming_normal_(w, nonlinearity=nonlinearity, generator=g)
+    return _INITS[init](w, g)
+
+
+def _stds_one_matrix(depth, width, init, nonlinearity, batch=1024, seed=0):
+    """Draws one matrix before the loop and applies it in every layer (issue 26: it passed every check)."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(batch, width, generator=g)
+    w = _draw(init, nonlinearity, width, g)
+    out = []
+    for _ in range(depth):
+        h = _ACTS[nonlinearity](h @ w.T)
+        out.append(h.std().item())
+    return out
+
+
+def _stds_generator_per_layer(depth, width, init, nonlinearity, batch=1024, seed=0):
+    """Makes its generator inside the loop: every layer gets the same first draw from `seed`."""
+    h = torch.randn(batch, width, generator=torch.Generator().manual_seed(seed))
+    out = []
+    for _ in range(depth):
+        w = _draw(init, nonlinearity, width, torch.Generator().manual_seed(seed + 1))
+        h = _ACTS[nonlinearity](h @ w.T)
+        out.append(float(h.std()))
+    return out
+
+
+def _stds_one_layer_module(depth, width, init, nonlinearity, batch=1024, seed=0):
+    """One nn.Linear built, initialised, and called depth times."""
+    torch.manual_seed(seed)
+    layer = nn.Linear(width, width, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(_draw(init, nonlinearity, width, None))
+        h = torch.randn(batch, width)
+        out = []
+        for _ in range(depth):
+            h = _ACTS[nonlinearity](layer(h))
+            out.append(float(h.std()))
+    return out
+
+
+def _stds_reseeds_each_layer(depth, width, init, nonlinearity, batch=1024, seed=0):
+    """The input from a generator of its own, then torch.manual_seed(seed + 1) before every layer's draw, 'so that each
+    layer is reproducible'."""
+    h = torch.randn(batch, width, generator=torch.Generator().manual_seed(seed))
+    out = []
+    for _ in range(depth):
+        torch.manual_seed(seed + 1)
+        w = _draw(init, nonlinearity, width, None)
+        h = _ACTS[nonlinearity](h @ w.T)
+        out.append(float(h.std()))
+    return out
 
 
 W = Wrong
@@ -464,6 +603,9 @@ WRONG = [
     # ignores the batch argument (the text asks for `batch` rows)
     W("activation_stds", _stds_ignores_batch, "uses_the_batch_argument",
       "the batch argument changes what is measured"),
+    # issue 26: one weight matrix in every layer (drawn once, a generator made per layer, one module, reseeding)
+    *(W("activation_stds", fn, "fresh_weights_in_every_layer", "settles on one value")
+      for fn in (_stds_one_matrix, _stds_generator_per_layer, _stds_one_layer_module, _stds_reseeds_each_layer)),
     # init_mixture_
     W("init_mixture_", _mixture_new_tensor, "fills_in_place", "not w itself: fill w in place"),  # not in place
     W("init_mixture_", _mixture_filled_but_clone, "fills_in_place", "not w itself: fill w in place"),
@@ -482,7 +624,16 @@ WRONG = [
     # the text asks: no reseeding, non-contiguous tensors, float64 stays float64
     W("init_mixture_", _mixture_reseeds, "no_reseeding", "do not call torch.manual_seed inside an init function"),
     W("init_mixture_", _mixture_view, "non_contiguous", "raised RuntimeError: view size is not compatible"),
-    W("init_mixture_", _mixture_rebinds_data, "float64_stays_float64", "left w as torch.float32"),
+    W("init_mixture_", _mixture_rebinds_data, "float64_stays_float64", "gave w other memory"),
+    # issue 26: in place means in w's memory (a transposed view's base, a Parameter an optimizer holds)
+    W("init_mixture_", _mixture_assigns_data, "non_contiguous", "gave w other memory (w.data = ..."),
+    W("init_mixture_", _mixture_set, "fills_in_place", "gave w other memory"),
+    W("init_mixture_", _mixture_parameter_data, "works_on_a_parameter", "gave w other memory"),
+    # issue 26: quotas instead of independent draws (the fractions come out exact)
+    W("init_mixture_", _mixture_randperm_quarters, "counts_vary_like_independent_draws", "fixed quotas"),
+    W("init_mixture_", _mixture_shuffled_pattern, "counts_vary_like_independent_draws", "fixed quotas"),
+    W("init_mixture_", _mixture_stratified, "counts_vary_like_independent_draws", "fixed quotas"),
+    W("init_mixture_", _mixture_row_quotas, "independent_of_position", "between the rows of w"),
     W("init_mixture_", _mixture_turns_off_grad, "works_on_a_parameter", "left layer.weight with requires_grad=False"),
     # seed_everything
     W("seed_everything", _seed_torch_only, "same_seed_same_numbers", "must seed numpy too (np.random.seed)"),
@@ -507,13 +658,19 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
 # Each number the first three exercises ask for is one an nn.init function uses: draw with it from a seeded
 # generator, draw unit values from the same seed, and the ratio is the number, exact in float64.
 
+def _ratio(w, u) -> float:
+    """w / u where |u| is largest: exact to float64's rounding (where u is near 0 the ratio loses digits)."""
+    i = int(u.abs().reshape(-1).argmax())
+    return float(w.detach().reshape(-1)[i] / u.reshape(-1)[i])
+
+
 def _ratio_to_unit(init, shape, unit="normal", **kwargs):
     w = torch.empty(shape, dtype=torch.float64)
     init(w, generator=torch.Generator().manual_seed(0), **kwargs)
     u = torch.empty(shape, dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
     u.normal_(generator=g) if unit == "normal" else u.uniform_(-1, 1, generator=g)
-    return float(w[0, 0] / u[0, 0])
+    return _ratio(w, u)
 
 
 def bound_by_kaiming_uniform(fan_in):
@@ -526,7 +683,23 @@ def bound_by_nn_linear(fan_in):
     layer = nn.Linear(fan_in, 1, dtype=torch.float64)
     torch.manual_seed(0)
     u = torch.empty(1, fan_in, dtype=torch.float64).uniform_(-1, 1)
-    return float(layer.weight.detach()[0, 0] / u[0, 0])
+    return _ratio(layer.weight, u)
+
+
+def bound_by_bilinear(fan_in):
+    """nn.Bilinear(fan_in, 1, 1) draws U(-1/sqrt(fan_in), 1/sqrt(fan_in)) by its own code: the same number."""
+    torch.manual_seed(0)
+    layer = nn.Bilinear(fan_in, 1, 1, bias=False, dtype=torch.float64)
+    torch.manual_seed(0)
+    return _ratio(layer.weight, torch.empty(1, fan_in, 1, dtype=torch.float64).uniform_(-1, 1))
+
+
+def bound_by_rnn(fan_in):
+    """A recurrent layer of hidden size fan_in draws every weight from U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    torch.manual_seed(0)
+    rnn = nn.RNN(1, fan_in, bias=False, dtype=torch.float64)
+    torch.manual_seed(0)
+    return _ratio(rnn.weight_ih_l0, torch.empty(fan_in, 1, dtype=torch.float64).uniform_(-1, 1))
 
 
 def xavier_by_xavier_normal(fan_in, fan_out, gain=1.0):
@@ -564,6 +737,8 @@ def mixture_by_mixture_same_family(weight):
 SHORTCUTS = [
     W("default_linear_bound", bound_by_kaiming_uniform, "values", "not call torch.nn.init.kaiming_uniform_"),
     W("default_linear_bound", bound_by_nn_linear, "values", "not call torch.nn.Linear.reset_parameters"),
+    W("default_linear_bound", bound_by_bilinear, "values", "not call torch.nn.Bilinear.reset_parameters"),
+    W("default_linear_bound", bound_by_rnn, "values", "not call torch.nn.modules.rnn.RNNBase.reset_parameters"),
     W("xavier_std", xavier_by_xavier_normal, "xavier_values", "not call torch.nn.init.xavier_normal_"),
     W("xavier_std", xavier_by_xavier_uniform, "xavier_values", "not call torch.nn.init.xavier_uniform_"),
     W("kaiming_std", kaiming_by_kaiming_normal, "kaiming_values", "not call torch.nn.init.kaiming_normal_"),
@@ -571,9 +746,12 @@ SHORTCUTS = [
     W("init_mixture_", mixture_by_mixture_same_family, "fills_in_place",
       "not call torch.distributions.MixtureSameFamily"),
 ]
-# the hidden checks ask for fan-ins up to 2**40 (random_fan_ins, random_xavier): these shortcuts draw a weight of
-# that many float64 values, which no memory holds (or no minute fills), so only their public checks can pass
-PUBLIC_SIZES_ONLY = (bound_by_kaiming_uniform, bound_by_nn_linear, xavier_by_xavier_normal)
+# The hidden checks ask for sizes no draw can serve in a check's time: random_fan_ins for fan-ins up to 2**40 (a
+# weight of that many float64 values fits no memory; the recurrent layer's is fan_in squared), random_xavier for 80
+# weights of up to 5000 x 5000 float64 values drawn twice each, which took over a minute on a loaded machine (with
+# one salt, not another: the check's time limit, not its logic, would decide). Only their public checks can pass.
+PUBLIC_SIZES_ONLY = (bound_by_kaiming_uniform, bound_by_nn_linear, bound_by_bilinear, bound_by_rnn,
+                     xavier_by_xavier_normal, xavier_by_xavier_uniform)
 
 
 @pytest.mark.parametrize("wrong", SHORTCUTS, ids=ids(SHORTCUTS))
@@ -592,7 +770,7 @@ def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, wrong):
 @pytest.mark.parametrize("wrong", [w for w in SHORTCUTS if w.answer in PUBLIC_SIZES_ONLY],
                          ids=ids(w for w in SHORTCUTS if w.answer in PUBLIC_SIZES_ONLY))
 def test_the_huge_draw_shortcuts_would_pass_the_public_checks_without_the_forbid_list(monkeypatch, wrong):
-    """As above, on the public checks only: the hidden ones ask for fan-ins no dense draw can allocate."""
+    """As above, on the public checks only: the hidden ones ask for sizes no draw serves in a check's time."""
     passes_without_forbid(monkeypatch, "initialization", wrong.exercise, *wrong.objs, hidden=False)
 
 
@@ -653,3 +831,48 @@ def test_stated_requirements_fail_a_public_check(wrong):
     in the exercise text: each fails a public check (the batch argument, Kaiming's gain for each nonlinearity,
     float64, non-contiguous tensors and no reseeding are in WRONG)."""
     assert_caught("initialization", wrong, public_only=True)
+
+
+# ---------------------------------------------------------------- the new hidden checks hold for any grading seed
+# A hidden check draws its inputs from a seed that changes with every grading run (runner.seed_for's salt): it must
+# fail its wrong answers, and pass the correct ones, whatever the salt.
+
+SALTS = ("a", "b", "c")
+
+
+def _hidden(exercise: str, check: str):
+    from grader import registry
+    ex = registry.load(hidden=True).get(f"initialization.{exercise}")
+    return ex, next(c for c in ex.checks if c.name == check)
+
+
+HIDDEN_CATCHES = [
+    ("activation_stds", "fresh_weights_other_seeds", _stds_one_matrix),
+    ("activation_stds", "fresh_weights_other_seeds", _stds_generator_per_layer),
+    ("init_mixture_", "counts_vary_other_sizes", _mixture_randperm_quarters),
+    ("init_mixture_", "counts_vary_other_sizes", _mixture_stratified),
+]
+
+
+@pytest.mark.parametrize("exercise,check,wrong", HIDDEN_CATCHES,
+                         ids=[f"{c}-{w.__name__}" for _, c, w in HIDDEN_CATCHES])
+def test_new_hidden_checks_catch_for_any_salt(exercise, check, wrong):
+    from grader.runner import run_check
+    ex, c = _hidden(exercise, check)
+    for salt in SALTS:
+        result = run_check(ex, c, (wrong,), None, salt=salt)
+        assert result.status == "failed", (salt, result.status, result.message)
+
+
+HIDDEN_PASSES = [("activation_stds", "fresh_weights_other_seeds", fn) for fn in (stds_global_rng, stds_numpy)] + [
+    ("init_mixture_", "counts_vary_other_sizes", fn) for fn in (mixture_d2l, mixture_multinomial, mixture_numpy)]
+
+
+@pytest.mark.parametrize("exercise,check,right", HIDDEN_PASSES,
+                         ids=[f"{c}-{r.__name__}" for _, c, r in HIDDEN_PASSES])
+def test_new_hidden_checks_pass_correct_answers_for_any_salt(exercise, check, right):
+    from grader.runner import run_check
+    ex, c = _hidden(exercise, check)
+    for salt in SALTS:
+        result = run_check(ex, c, (right,), None, salt=salt)
+        assert result.status == "passed", (salt, result.message)

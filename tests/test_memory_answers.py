@@ -20,7 +20,7 @@ from tests.answers import Wrong, assert_caught, assert_passes, failures, ids
 W = Wrong
 
 
-def as_in_the_kernel(answer):
+def as_in_the_kernel(answer, extra=2**40):
     """`answer` under an address-space limit, as the grading kernel runs it (RLIMIT_AS, launch.py): without one, a
     machine that overcommits memory (vm.overcommit_memory=1, as the H200's did) lets a 4 TB torch.zeros start
     filling the RAM, and the kernel's out-of-memory killer ends this test process instead of the answer."""
@@ -32,7 +32,7 @@ def as_in_the_kernel(answer):
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         with open("/proc/self/status", encoding="ascii") as f:
             used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-        cap = used + 2**40  # 1 TiB more than now
+        cap = used + extra  # 1 TiB more than now, unless told
         resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
         try:
             return answer(*args, **kwargs)
@@ -44,10 +44,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not wri
 
 
 # ---------------------------------------------------------------- correct, written differently
-
-def nbytes_meta(shape, dtype):
-    return torch.empty(tuple(shape), dtype=dtype, device="meta").nbytes
-
 
 def nbytes_itemsize(shape, dtype):
     n = 1
@@ -133,7 +129,7 @@ CORRECT = [
     ("get_memory_usage", lambda x: x.nelement() * torch.empty((), dtype=x.dtype).element_size()),
     ("get_memory_usage", lambda x: x.nbytes),
     ("get_memory_usage", lambda x: math.prod(x.shape) * x.dtype.itemsize),
-    ("tensor_nbytes", nbytes_meta), ("tensor_nbytes", nbytes_itemsize), ("tensor_nbytes", nbytes_one_element),
+    ("tensor_nbytes", nbytes_itemsize), ("tensor_nbytes", nbytes_one_element),
     ("training_memory", training_table), ("training_memory", training_match),
     ("max_params", lambda memory_bytes, bytes_per_param: int(memory_bytes // bytes_per_param)),
     ("max_params", lambda m, b: math.floor(m / b)),
@@ -146,53 +142,64 @@ CORRECT = [
 
 # ---------------------------------------------------------------- activation_bytes
 
-def activation_formula(block, batch, seq, d_model, n_heads, d_ff, dtype):
+def _stats(dtype, device):
+    """Bytes of one LayerNorm statistic: the dtype's on the CPU, float32 or wider on CUDA."""
+    return dtype.itemsize if device == "cpu" else max(dtype.itemsize, 4)
+
+
+def activation_formula(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
     size, tokens = dtype.itemsize, batch * seq
     if block == "mlp":
         return tokens * (d_model + 2 * d_ff) * size
-    return (tokens * (8 * d_model + 2 * d_ff + 4) + batch * n_heads * seq * seq) * size + seq * seq
+    return (tokens * (8 * d_model + 2 * d_ff) + batch * n_heads * seq * seq) * size + seq * seq \
+        + 4 * tokens * _stats(dtype, device)
 
 
-def activation_by_layer(block, batch, seq, d_model, n_heads, d_ff, dtype):
+def activation_by_layer(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
     """Layer by layer, one saved tensor at a time, through tensor_nbytes-style shapes."""
     nbytes = lambda *shape, kind=dtype: math.prod(shape) * torch.empty((), dtype=kind).element_size()
+    stat = {"cpu": dtype, "cuda": torch.promote_types(dtype, torch.float32)}[device]  # CUDA's accumulate type
     mlp = [nbytes(batch, seq, d_model), nbytes(batch, seq, d_ff), nbytes(batch, seq, d_ff)]
     if block == "mlp":
         return sum(mlp)
     head = d_model // n_heads
-    saved = [nbytes(batch, seq, d_model), nbytes(batch, seq, 1), nbytes(batch, seq, 1),   # LayerNorm 1
+    saved = [nbytes(batch, seq, d_model), nbytes(batch, seq, 1, kind=stat), nbytes(batch, seq, 1, kind=stat),
              nbytes(batch, seq, d_model),                                                 # Q, K, V's input
              nbytes(batch * n_heads, seq, head), nbytes(batch * n_heads, head, seq),      # q, k
              nbytes(seq, seq, kind=torch.bool),                                           # the causal mask
              nbytes(batch, n_heads, seq, seq),                                            # softmax output
              nbytes(batch * n_heads, seq, head),                                          # v
              nbytes(batch, seq, d_model),                                                 # O's input
-             nbytes(batch, seq, d_model), nbytes(batch, seq, 1), nbytes(batch, seq, 1)]   # LayerNorm 2
+             nbytes(batch, seq, d_model), nbytes(batch, seq, 1, kind=stat), nbytes(batch, seq, 1, kind=stat)]
     return sum(saved) + sum(mlp)
 
 
-def activation_meta(block, batch, seq, d_model, n_heads, d_ff, dtype):
+def activation_meta(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
     """Per token and per sequence, in bits, then bytes."""
     bits = torch.finfo(dtype).bits
-    per_token = d_model + 2 * d_ff if block == "mlp" else 8 * d_model + 2 * d_ff + 4
+    stat_bits = bits if device == "cpu" else max(bits, 32)
+    per_token = d_model + 2 * d_ff if block == "mlp" else 8 * d_model + 2 * d_ff
+    stats = 0 if block == "mlp" else 4 * stat_bits
     attention = 0 if block == "mlp" else batch * n_heads * seq * seq * bits + seq * seq * 8
-    return (batch * seq * per_token * bits + attention) // 8
+    return (batch * seq * (per_token * bits + stats) + attention) // 8
 
 
 CORRECT += [("activation_bytes", activation_formula), ("activation_bytes", activation_by_layer),
             ("activation_bytes", activation_meta)]
 
 
-def _act(block, b, s, d, h, f, dtype, *, per_token=None, softmax=None, mask=None, size=None, extra=0,
-         mlp_per_token=None):
-    """The right count with one part changed, for the named mistakes below (`per_token` is the block's)."""
+def _act(block, b, s, d, h, f, dtype, device="cpu", *, per_token=None, stats=None, softmax=None, mask=None, size=None,
+         extra=0, mlp_per_token=None):
+    """The right count with one part changed, for the named mistakes below (`per_token` is the block's, without the
+    LayerNorm statistics, `stats` their bytes)."""
     size = dtype.itemsize if size is None else size
     if block == "mlp":
         return b * s * (d + 2 * f if mlp_per_token is None else mlp_per_token) * size + extra
-    per_token = 8 * d + 2 * f + 4 if per_token is None else per_token
+    per_token = 8 * d + 2 * f if per_token is None else per_token
+    stats = 4 * b * s * _stats(dtype, device) if stats is None else stats
     softmax = b * h * s * s if softmax is None else softmax
     mask = s * s if mask is None else mask
-    return (b * s * per_token + softmax) * size + mask + extra
+    return (b * s * per_token + softmax) * size + stats + mask + extra
 
 
 def _params(block, d, f):
@@ -203,63 +210,123 @@ def _params(block, d, f):
 # The named mistakes, each with the public check that catches it first and what its message says.
 ACTIVATION_WRONG = {
     "forgets the GELU input": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=d + f,
-                                                             per_token=8 * d + f + 4),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, mlp_per_token=d + f,
+                                                                      per_token=8 * d + f),
         "tiny_blocks_by_hand", "GELU saves its input"),
     "counts parameters as activations": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, extra=_params(B, d, f) * t.itemsize),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v,
+                                                                      extra=_params(B, d, f) * t.itemsize),
         "tiny_blocks_by_hand", "counts the parameters"),
     "forgets the dtype size (elements)": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=1),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, size=1, stats=4 * b * s),
         "tiny_blocks_by_hand", "counts elements"),
     "always 4 bytes per value": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, size=4),
-        "agrees_with_saved_tensors_hooks", "returned 2,880; autograd saves 1,440 bytes"),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, size=4,
+                                                                      stats=16 * b * s),
+        "layernorm_statistics_by_device", "returned 3,265; by hand it is 1,645"),
     "softmax output once, not per head": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=b * s * s),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, softmax=b * s * s),
         "tiny_blocks_by_hand", "every one of the n_heads heads"),
     "softmax output counted twice": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=2 * b * h * s * s),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v,
+                                                                      softmax=2 * b * h * s * s),
         "tiny_blocks_by_hand", "counted twice"),
     "forgets the softmax output": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, softmax=0),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, softmax=0),
         "tiny_blocks_by_hand", "softmax output is missing"),
     "forgets the causal mask": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=0),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, mask=0),
         "tiny_blocks_by_hand", "causal mask is missing"),
     "mask in the dtype": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=s * s * t.itemsize),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, mask=s * s * t.itemsize),
         "tiny_blocks_by_hand", "1 byte per entry"),
     "mask per sequence and head": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mask=b * h * s * s),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, mask=b * h * s * s),
         "tiny_blocks_by_hand", "shared by the batch and heads"),
     "forgets the LayerNorm statistics": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=8 * d + 2 * f),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, stats=0),
         "tiny_blocks_by_hand", "statistics are missing"),
     "forgets q, k, v": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, per_token=5 * d + 2 * f + 4),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, per_token=5 * d + 2 * f),
         "tiny_blocks_by_hand", "q, k and v are missing"),
     "forgets the block's input": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: _act(B, b, s, d, h, f, t, mlp_per_token=2 * f,
-                                                             per_token=7 * d + 2 * f + 4),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v, mlp_per_token=2 * f,
+                                                                      per_token=7 * d + 2 * f),
         "tiny_blocks_by_hand", "d_model-wide tensor per token missing"),
     "a float": W(
-        "activation_bytes", lambda B, b, s, d, h, f, t: float(_act(B, b, s, d, h, f, t)),
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": float(_act(B, b, s, d, h, f, t, v)),
         "tiny_blocks_by_hand", "Python int"),
+    # the device: LayerNorm's statistics are in the dtype on the CPU, float32 (or wider) on CUDA
+    "the CPU's rule on CUDA too": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v,
+                                                                      stats=4 * b * s * t.itemsize),
+        "layernorm_statistics_by_device", "that is the CPU's rule"),
+    "CUDA's rule on the CPU too": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(B, b, s, d, h, f, t, v,
+                                                                      stats=4 * b * s * max(t.itemsize, 4)),
+        "layernorm_statistics_by_device", "that is CUDA's rule"),
+    "float32 statistics on CUDA, float64 input too": W(
+        "activation_bytes", lambda B, b, s, d, h, f, t, v="cpu": _act(
+            B, b, s, d, h, f, t, v, stats=4 * b * s * (t.itemsize if v == "cpu" else 4)),
+        "layernorm_statistics_by_device", "not always 4 bytes"),
 }
 
 
-def activation_recorded(block, batch, seq, d_model, n_heads, d_ff, dtype):
+def activation_recorded(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
     """The shortcut: build the block and let autograd tell (refused, and it cannot reach real sizes)."""
     from grader.exercises.memory import saved_bytes
-    return saved_bytes(block, batch, seq, d_model, n_heads, d_ff, dtype)["total"]
+    return saved_bytes(block, batch, seq, d_model, n_heads, d_ff, dtype, device)["total"]
 
 
-def activation_recorded_by_path(block, batch, seq, d_model, n_heads, d_ff, dtype):
+def activation_recorded_by_path(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
     import torch.autograd.graph
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
         pass
-    return activation_formula(block, batch, seq, d_model, n_heads, d_ff, dtype)
+    return activation_formula(block, batch, seq, d_model, n_heads, d_ff, dtype, device)
+
+
+_push_hooks = torch._C._autograd._push_saved_tensors_default_hooks  # bound before any check runs
+_pop_hooks = torch._C._autograd._pop_saved_tensors_default_hooks
+
+
+def activation_by_the_c_function(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
+    """The context manager's own C function, bound beforehand: saved_tensors_hooks under another name."""
+    from grader.exercises.memory import _Block, _MLP
+    seen = {}
+    model = _MLP(d_model, d_ff, dtype) if block == "mlp" else _Block(d_model, n_heads, d_ff, dtype, False)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    _push_hooks(lambda t: seen.setdefault(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) and t,
+                lambda t: t)
+    try:
+        model(torch.randn(batch, seq, d_model).to(dtype).requires_grad_())
+    finally:
+        _pop_hooks()
+    stats = 0 if block == "mlp" else 4 * batch * seq * (_stats(dtype, device) - dtype.itemsize)
+    return sum(n for ptr, n in seen.items() if ptr not in params) + stats
+
+
+def activation_from_the_graph(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
+    """A model run without hooks: the block built and run on the meta device, what each node of its autograd graph
+    saved read off the graph (every distinct storage once, parameters and scalars left out)."""
+    from grader.exercises.memory import _Block, _MLP
+    with torch.device("meta"):
+        model = _MLP(d_model, d_ff, dtype) if block == "mlp" else _Block(d_model, n_heads, d_ff, dtype, False)
+        out = model(torch.empty(batch, seq, d_model, dtype=dtype).requires_grad_())
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    saved, seen, todo = {}, set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            value = getattr(node, name) if name.startswith("_saved_") else None
+            if isinstance(value, torch.Tensor) and value.dim() and value.untyped_storage()._cdata not in params:
+                stat = type(node).__name__ == "NativeLayerNormBackward0" and name.startswith("_saved_result")
+                size = _stats(dtype, device) if stat else value.element_size()  # meta keeps float32: CUDA's
+                saved[value.untyped_storage()._cdata] = value.untyped_storage().nbytes() // value.element_size() * size
+        todo.extend(n for n, _ in node.next_functions)
+    return sum(saved.values())
 
 
 @pytest.mark.parametrize("name,fn", CORRECT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CORRECT)])
@@ -366,6 +433,32 @@ def batch_same_every_call(data, batch_size, context_length, device):
     return window[:, :-1].to(device), window[:, 1:].to(device)
 
 
+def nbytes_meta(shape, dtype):
+    return torch.empty(tuple(shape), dtype=dtype, device="meta").nbytes  # no meta tensor past 2**63 bytes
+
+
+def batch_clamped_start(data, batch_size, context_length, device):
+    last = len(data) - context_length - 1
+    if last < 0:
+        raise ValueError("too short")
+    starts = torch.randint(len(data), (batch_size,)).clamp(max=last)  # every draw past the end lands on the last start
+    rows = starts[:, None] + torch.arange(context_length + 1)
+    window = torch.from_numpy(data)[rows].long()
+    return window[:, :-1].to(device), window[:, 1:].to(device)
+
+
+def training_through_floats(num_params, num_activations, optimizer, dtype=torch.float32):
+    """Bytes per value as a float (bits / 8), the products turned back into ints: exact until 2**53, then not."""
+    states = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
+    if optimizer not in states:
+        raise ValueError(optimizer)
+    size = torch.finfo(dtype).bits / 8
+    out = {"params": int(num_params * size), "grads": int(num_params * size),
+           "optimizer_state": int(states[optimizer] * num_params * size), "activations": int(num_activations * size)}
+    out["total"] = sum(out.values())
+    return out
+
+
 def training_adam_one_state(num_params, num_activations, optimizer, dtype=torch.float32):
     return training_table(num_params, num_activations, "momentum" if optimizer == "adam" else optimizer, dtype)
 
@@ -456,6 +549,12 @@ WRONG = [
       "tensor_nbytes([4, 5], torch.complex64) returned 80; expected 160"),
     W("tensor_nbytes", lambda shape, dtype: math.prod(shape) * dtype.itemsize / 1, "small_shapes",
       "should be int, got float"),
+    # past 2**63 bytes: the meta device cannot hold the shape, int64 arithmetic wraps around to 0
+    W("tensor_nbytes", nbytes_meta, "more_bytes_than_int64_holds", "no tensor can, not even on the meta device"),
+    W("tensor_nbytes", lambda shape, dtype: int(np.prod(shape)) * dtype.itemsize, "more_bytes_than_int64_holds",
+      "returned 0; expected 147573952589676412928"),
+    W("tensor_nbytes", lambda shape, dtype: torch.Size(shape).numel() * dtype.itemsize, "more_bytes_than_int64_holds",
+      "returned 0; expected 147573952589676412928"),
     W("training_memory", training_adam_one_state, "adam_in_float32", "['optimizer_state'] is 4000; expected 8000"),
     W("training_memory", training_four_bytes, "other_dtypes", "['params'] is 400; expected 200 (2 bytes per value"),
     W("training_memory", training_no_grads, "adam_in_float32", "['total'] is 14000; expected 18000"),
@@ -495,14 +594,19 @@ WRONG = [
     W("get_batch", batch_one_start, "each_row_its_own_start", "gave every row of a batch the same start"),
     W("get_batch", batch_ignores_device, "on_the_device_asked_for", "move x and y to `device`"),
     W("get_batch", batch_same_every_call, "each_row_its_own_start", "starts must be independent"),
+    W("get_batch", batch_clamped_start, "starts_are_uniform", "start 15 came up"),
 ]
 
 # the shortcut: record a real block's saved tensors inside the student's function (and it cannot reach real sizes)
+# (under an address-space limit, as the grading kernel runs them: at sizes no tensor can hold, the shortcuts that
+# build a real block first would otherwise fill the machine's memory before the refusal)
 ACTIVATION_SHORTCUTS = [
-    W("activation_bytes", activation_recorded, "tiny_blocks_by_hand",
+    W("activation_bytes", as_in_the_kernel(activation_recorded, 2**30), "tiny_blocks_by_hand",
       "must do this itself, not call torch.autograd.graph.saved_tensors_hooks"),
     W("activation_bytes", activation_recorded_by_path, "tiny_blocks_by_hand",
       "must do this itself, not call torch.autograd.graph.saved_tensors_hooks"),
+    W("activation_bytes", as_in_the_kernel(activation_by_the_c_function, 2**30), "tiny_blocks_by_hand",
+      "must do this itself, not call torch._C._autograd._push_saved_tensors_default_hooks"),
 ]
 
 
@@ -545,19 +649,280 @@ def test_activation_shortcut_is_refused(wrong):
 
 def test_activation_oracles_agree():
     """The public literals are what the hooks record on the real blocks, and the hidden closed form agrees with
-    the hooks on shapes of every kind (fused and separate Q, K, V; views and copies of q, k, v)."""
+    the hooks on shapes of every kind (fused and separate Q, K, V; views and copies of q, k, v), for both devices."""
     from grader.exercises.memory import saved_bytes
     from grader.hidden.memory import activation_parts
     assert saved_bytes("mlp", 2, 5, 6, 3, 7, torch.float32)["total"] == 800
     assert saved_bytes("transformer", 2, 5, 6, 3, 7, torch.float32) == {"total": 3265, "mask": 25, "softmax": 600,
-                                                                         "stats": 160}
+                                                                         "stats": 160, "stats_values": 40}
+    for device, total in (("cpu", 1645), ("cuda", 1725)):
+        assert saved_bytes("transformer", 2, 5, 6, 3, 7, torch.bfloat16, device)["total"] == total
+    assert saved_bytes("transformer", 2, 5, 6, 3, 7, torch.float64, "cuda")["total"] == 6505
     for args in [("transformer", 1, 5, 12, 3, 7, torch.float16), ("transformer", 3, 1, 8, 2, 7, torch.float64),
-                 ("transformer", 2, 4, 6, 1, 5, torch.bfloat16), ("transformer", 2, 5, 12, 3, 20, torch.float32)]:
-        for fused in (False, True):
-            assert saved_bytes(*args, fused=fused)["total"] == activation_parts(*args)["total"], (args, fused)
+                 ("transformer", 2, 4, 6, 1, 5, torch.bfloat16), ("transformer", 2, 5, 12, 3, 20, torch.float32),
+                 ("transformer", 2, 3, 1, 1, 4, torch.bfloat16)]:
+        for device in ("cpu", "cuda"):
+            for fused in (False, True):
+                assert saved_bytes(*args, device, fused=fused) == activation_parts(*args, device), (args, device, fused)
+
+
+def test_cuda_statistics_rule_is_torchs():
+    """STATS_DTYPE, the dtype of LayerNorm's saved mean and 1/std by device, is what torch's own reference
+    (torch._refs.native_layer_norm, which fake tensors run) gives on a fake CUDA device and on the CPU, with no GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from grader.exercises.memory import STATS_DTYPE
+    for device, rule in STATS_DTYPE.items():
+        for dtype, stats in rule.items():
+            with FakeTensorMode():
+                x = torch.empty(4, 8, 16, dtype=dtype, device=device)
+                w = torch.empty(16, dtype=dtype, device=device)
+                _, mean, rstd = torch.ops.aten.native_layer_norm(x, [16], w, w, 1e-5)
+            assert (tuple(mean.shape), mean.dtype, rstd.dtype) == ((4, 8, 1), stats, stats), (device, dtype)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_hooks_agree_with_the_rule():
+    """On a GPU: real CUDA blocks save what the CPU's record with CUDA's statistics dtype says."""
+    from grader.exercises.memory import saved_bytes
+    from grader.hidden.memory import activation_parts
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        assert saved_bytes("transformer", 2, 5, 6, 3, 7, dtype, "cuda") == activation_parts(
+            "transformer", 2, 5, 6, 3, 7, dtype, "cuda")
 
 
 def test_activation_stub_is_not_implemented():
-    def activation_bytes(block, batch, seq, d_model, n_heads, d_ff, dtype):
+    def activation_bytes(block, batch, seq, d_model, n_heads, d_ff, dtype, device="cpu"):
         raise NotImplementedError
     assert run_exercise("memory.activation_bytes", activation_bytes, hidden=True).status == "not_implemented"
+
+
+# ---------------------------------------------------------------- training_peak_bytes
+
+def peak_by_parts(num_params, n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size, checkpointing=False,
+                  device="cpu"):
+    """Bytes per parameter and per token, written out."""
+    tokens, stat = batch * seq, 2 if device == "cpu" else 4
+    if checkpointing:
+        blocks = n_layers * tokens * d_model * 2
+    else:
+        blocks = n_layers * activation_formula("transformer", batch, seq, d_model, n_heads, d_ff, torch.bfloat16,
+                                               device)
+    logprobs = 4 * tokens * vocab_size
+    head = 2 * tokens * d_model * 2 + 2 * tokens * stat + logprobs
+    weights, grads, state = 2 * num_params, 2 * num_params, 12 * num_params
+    begin = weights + state + blocks + head + 2 * logprobs
+    return {"params": weights, "grads": grads, "optimizer_state": state, "activations": blocks + head,
+            "peak": max(begin, weights + grads + state)}
+
+
+def peak_by_moments(num_params, n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size, checkpointing=False,
+                    device="cpu"):
+    """The two moments as lists of what is alive, in elements and bytes."""
+    bf16, f32 = 2, 4
+    stat = bf16 if device == "cpu" else f32
+    per_block = [(batch * seq * d_model, bf16)]
+    if not checkpointing:
+        per_block = [(batch * seq * (8 * d_model + 2 * d_ff), bf16), (4 * batch * seq, stat),
+                     (batch * n_heads * seq * seq, bf16), (seq * seq, 1)]
+    head = [(batch * seq * d_model, bf16), (2 * batch * seq, stat), (batch * seq * d_model, bf16),
+            (batch * seq * vocab_size, f32)]
+    activations = sum(n * b for n, b in per_block) * n_layers + sum(n * b for n, b in head)
+    fixed = num_params * (bf16 + 3 * f32)
+    moments = [fixed + activations + 2 * batch * seq * vocab_size * f32, fixed + num_params * bf16]
+    return {"params": num_params * bf16, "grads": num_params * bf16, "optimizer_state": num_params * 3 * f32,
+            "activations": activations, "peak": max(moments)}
+
+
+ACCOUNTING_CORRECT = [("training_peak_bytes", peak_by_parts), ("training_peak_bytes", peak_by_moments)]
+
+
+def _peak(num_params, n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size, checkpointing=False, device="cpu",
+          **change):
+    """The right parts with one thing changed, for the named mistakes below."""
+    out = peak_by_parts(num_params, n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size, checkpointing, device)
+    tokens = batch * seq
+    for key, value in change.items():
+        out[key] = value(out, tokens, vocab_size, num_params, n_layers, d_model) if callable(value) else value
+    return out
+
+
+def _wrong_peak(**change):
+    return lambda *args, checkpointing=False, device="cpu": _peak(*args, checkpointing, device, **change)
+
+
+def _without(part):
+    """Activations and peak both less `part(tokens, vocab, layers, d_model)` bytes."""
+    return {"activations": lambda o, t, v, n, l, d: o["activations"] - part(t, v, l, d),
+            "peak": lambda o, t, v, n, l, d: max(o["peak"] - part(t, v, l, d), o["params"] + o["grads"]
+                                                  + o["optimizer_state"])}
+
+
+def peak_by_measuring(num_params, n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size, checkpointing=False,
+                      device="cpu"):
+    """A model run: a real GPT of these sizes trained one step and measured (the grader's own oracle), the weights
+    from num_params."""
+    from grader.exercises.memory import measured_step
+    got = measured_step(n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size, checkpointing, device)
+    fixed = 14 * num_params
+    return {"params": 2 * num_params, "grads": 2 * num_params, "optimizer_state": 12 * num_params,
+            "activations": got["activations"], "peak": fixed + max(got["backward"], 2 * num_params)}
+
+
+peak_by_measuring = as_in_the_kernel(peak_by_measuring, 2**30)  # 1 GiB more at most: GPT-2 XL does not fit
+
+
+PEAK_WRONG = [
+    W("training_peak_bytes", _wrong_peak(params=lambda o, t, v, n, l, d: 4 * n), "small_gpt_by_hand",
+      "4 bytes per parameter is float32"),
+    W("training_peak_bytes", _wrong_peak(optimizer_state=lambda o, t, v, n, l, d: 8 * n), "small_gpt_by_hand",
+      "the float32 master copy of the weights"),
+    W("training_peak_bytes", _wrong_peak(optimizer_state=lambda o, t, v, n, l, d: 16 * n), "small_gpt_by_hand",
+      "16 bytes per parameter is the whole step's"),
+    W("training_peak_bytes", _wrong_peak(**_without(lambda t, v, l, d: 4 * t * v)), "small_gpt_by_hand",
+      "the loss's log-probabilities are missing"),
+    W("training_peak_bytes", _wrong_peak(**_without(lambda t, v, l, d: 2 * t * v)), "small_gpt_by_hand",
+      "the log-probabilities counted in bfloat16"),
+    W("training_peak_bytes", _wrong_peak(peak=lambda o, t, v, n, l, d: o["peak"] - 8 * t * v), "small_gpt_by_hand",
+      "the loss's backward is missing"),
+    W("training_peak_bytes", _wrong_peak(peak=lambda o, t, v, n, l, d: o["peak"] + o["grads"]), "small_gpt_by_hand",
+      "that adds the gradients to the moment backward begins"),
+    W("training_peak_bytes", _wrong_peak(peak=lambda o, t, v, n, l, d: o["params"] + o["grads"] + o["optimizer_state"]
+                                         + o["activations"]), "small_gpt_by_hand", "that is every part added up"),
+    W("training_peak_bytes", _wrong_peak(peak=lambda o, t, v, n, l, d: o["params"] + o["optimizer_state"]
+                                         + o["activations"] + 8 * t * v), "checkpointing_and_the_larger_moment",
+      "the peak is the larger of the two"),
+    W("training_peak_bytes", lambda *a, checkpointing=False, device="cpu": peak_by_parts(*a, checkpointing, "cpu"),
+      "checkpointing_and_the_larger_moment", "activations'] is 6,848; by hand it is 7,008"),
+    W("training_peak_bytes", lambda *a, checkpointing=False, device="cpu": peak_by_parts(*a, False, device),
+      "checkpointing_and_the_larger_moment", "['activations'] is 6,848; by hand it is 2,592"),
+    W("training_peak_bytes", lambda *a, checkpointing=False, device="cpu": _peak(
+        *a, checkpointing, device, **(_without(lambda t, v, l, d: l * t * d * 2) if checkpointing else {})),
+      "checkpointing_and_the_larger_moment", "each block still keeps its input"),
+    W("training_peak_bytes", _wrong_peak(**_without(lambda t, v, l, d: 2 * t * d * 2 + 2 * t * 2)), "small_gpt_by_hand",
+      "the final LayerNorm and the unembedding are missing"),
+    W("training_peak_bytes", lambda *a, checkpointing=False, device="cpu": {
+        k: float(v) for k, v in peak_by_parts(*a, checkpointing, device).items()}, "small_gpt_by_hand",
+      "should be a Python int, got float"),
+    W("training_peak_bytes", peak_by_measuring, "shapes_no_tensor_can_hold", "no tensor can, not even on the meta"),
+]
+
+
+# ---------------------------------------------------------------- kv_cache_bytes
+
+def kv_formula(n_layers, n_kv_heads, head_dim, context, batch, dtype):
+    return 2 * n_layers * n_kv_heads * head_dim * context * batch * dtype.itemsize
+
+
+def kv_per_token(n_layers, n_kv_heads, head_dim, context, batch, dtype):
+    """Bytes per token (a key and a value in every layer), times tokens."""
+    per_token = n_layers * 2 * n_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    return per_token * context * batch
+
+
+ACCOUNTING_CORRECT += [("kv_cache_bytes", kv_formula), ("kv_cache_bytes", kv_per_token)]
+
+
+@pytest.mark.parametrize("name,fn", ACCOUNTING_CORRECT, ids=[f"{n}-{fn.__name__}" for n, fn in ACCOUNTING_CORRECT])
+def test_accounting_answers_pass_every_check(name, fn):
+    assert_passes("memory", name, fn)
+
+
+def kv_on_meta(n_layers, n_kv_heads, head_dim, context, batch, dtype):
+    """Tensors instead of arithmetic: the cache itself, built on the meta device, and its bytes."""
+    layer = [torch.empty(batch, n_kv_heads, context, head_dim, dtype=dtype, device="meta") for _ in "kv"]
+    return sum(t.nbytes for t in layer) * n_layers
+
+
+KV_WRONG = [
+    # float16 has 2 bytes per value: keys alone and values for bytes both give half, and the message says both
+    W("kv_cache_bytes", lambda l, k, h, c, b, t: kv_formula(l, k, h, c, b, t) // 2, "published_shapes_by_hand",
+      "two tensors, and each float16 value takes 2 bytes"),
+    W("kv_cache_bytes", lambda l, k, h, c, b, t: kv_formula(l, k, h, c, b, t) // t.itemsize, "published_shapes_by_hand",
+      "two tensors, and each float16 value takes 2 bytes"),
+    W("kv_cache_bytes", lambda l, k, h, c, b, t: kv_formula(l, k, h, c - 1, b, t), "published_shapes_by_hand",
+      "holds all 4096 of them"),
+    W("kv_cache_bytes", lambda l, k, h, c, b, t: kv_formula(l, k, h, c, b, torch.float32), "published_shapes_by_hand",
+      "that counts 4 bytes per value; a float16 value takes 2"),
+    W("kv_cache_bytes", lambda l, k, h, c, b, t: kv_formula(l, k, h, c, 1, t), "published_shapes_by_hand",
+      "returned 1,073,741,824; by hand it is 17,179,869,184"),
+    W("kv_cache_bytes", lambda l, k, h, c, b, t: float(kv_formula(l, k, h, c, b, t)), "published_shapes_by_hand",
+      "should be a Python int, got float"),
+    W("kv_cache_bytes", kv_on_meta, "shapes_no_tensor_can_hold", "no tensor can, not even on the meta"),
+]
+
+# wrong answers that only a hidden check can meet: sizes past float64's exact integers
+HIDDEN_WRONG = [
+    W("training_memory", training_through_floats, "counts_past_int64", "expected"),
+]
+
+
+@pytest.mark.parametrize("wrong", PEAK_WRONG + KV_WRONG, ids=ids(PEAK_WRONG + KV_WRONG))
+def test_new_accounting_mistakes_are_named(wrong):
+    """Each mistake of training_peak_bytes and kv_cache_bytes fails the public check named first, with a message
+    that names it."""
+    result = assert_caught("memory", wrong, public_only=True)
+    assert next(c.name for c in result.checks if not c.passed) == wrong.check, failures(result)
+
+
+@pytest.mark.parametrize("wrong", HIDDEN_WRONG, ids=ids(HIDDEN_WRONG))
+def test_hidden_checks_catch(wrong):
+    assert_caught("memory", wrong)
+
+
+MODEL_RUNS = [("tensor_nbytes", nbytes_meta, "more_bytes_than_int64_holds"),
+              ("activation_bytes", activation_from_the_graph, "shapes_no_tensor_can_hold"),
+              ("training_peak_bytes", peak_by_measuring, "shapes_no_tensor_can_hold"),
+              ("kv_cache_bytes", kv_on_meta, "shapes_no_tensor_can_hold")]
+
+
+@pytest.mark.parametrize("name,answer,check", MODEL_RUNS, ids=[m[0] for m in MODEL_RUNS])
+def test_a_model_run_fails_only_past_int64(name, answer, check):
+    """An answer that builds tensors (on the meta device) or runs a real model passes every other public check:
+    only the sizes no tensor can hold tell it from arithmetic, and that check names why."""
+    result = run_exercise(f"memory.{name}", answer)
+    assert [c.name for c in result.checks if not c.passed] == [check], failures(result)
+    assert "no tensor can, not even on the meta device" in next(c.message for c in result.checks if not c.passed)
+
+
+def test_the_kv_oracle_is_a_real_cache():
+    """The grader's decoder, generating with its cache, gives the logits it gives recomputing every token from
+    scratch (so the cache holds what attention needs), and the bytes measured are exactly its keys and values."""
+    from grader.exercises.memory import _CachedDecoder, measured_cache
+    torch.manual_seed(0)
+    model = _CachedDecoder(2, 6, 2, 4, 16, torch.float32)
+    tokens = torch.randint(16, (3, 7))
+    cache = []
+    with torch.no_grad():
+        full = model(tokens, [])
+        stepwise = [model(tokens[:, t:t + 1], cache) for t in range(7)]
+    torch.testing.assert_close(torch.cat(stepwise, dim=1), full)
+    assert [tuple(k.shape) for k, _ in cache] == [(3, 2, 7, 4)] * 2
+    assert measured_cache(2, 6, 2, 4, 7, 3, torch.float32) == sum(k.nbytes + v.nbytes for k, v in cache)
+
+
+def test_the_measured_step_is_the_closed_form():
+    """The measured mixed-precision step is what the hidden closed form says, part by part, with and without
+    checkpointing, for both devices' rules; and outside the regime the checks use (a block's recomputation
+    larger than the loss's tensors) it is not, which is why the checks' shapes stay inside it."""
+    from grader.exercises.memory import measured_case
+    from grader.hidden.memory import peak_parts
+    for size in [(2, 2, 8, 16, 2, 48, 320), (1, 3, 10, 15, 3, 40, 700), (3, 2, 4, 4, 1, 8, 400)]:
+        for checkpointing in (False, True):
+            for device in ("cpu", "cuda"):
+                args, want = measured_case(*size, checkpointing, device)
+                reference = peak_parts(*args, checkpointing, device)
+                assert {k: want[k] for k in reference} == reference, (size, checkpointing, device)
+    args, want = measured_case(2, 2, 64, 32, 4, 64, 32, True)
+    assert want["peak"] > peak_parts(*args, True)["peak"]
+
+
+def test_new_stubs_are_not_implemented():
+    def training_peak_bytes(num_params, n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size,
+                            checkpointing=False, device="cpu"):
+        raise NotImplementedError
+
+    def kv_cache_bytes(n_layers, n_kv_heads, head_dim, context, batch, dtype):
+        raise NotImplementedError
+    for name, stub in (("training_peak_bytes", training_peak_bytes), ("kv_cache_bytes", kv_cache_bytes)):
+        result = run_exercise(f"memory.{name}", stub, hidden=True)
+        assert result.status == "not_implemented" and {c.status for c in result.checks} == {"not_implemented"}

@@ -163,6 +163,15 @@ def count_by_data_ptr(model):
     return int(sum({p.data_ptr(): p.numel() for p in model.parameters()}.values()))
 
 
+def count_every_module_own(model):
+    """Every module's own parameters (recurse=False), a shared one once by identity: the tree walked by hand."""
+    seen = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            seen[id(p)] = p.numel()
+    return sum(seen.values())
+
+
 class RunningMeanCopy(nn.Module):
     def __init__(self, num_features):
         super().__init__()
@@ -262,7 +271,7 @@ CORRECT = [
     ("Concat", ConcatModuleList), ("Concat", ConcatModuleDict), ("Concat", ConcatAddModule),
     ("Cruncher", CruncherMultiDot), ("Cruncher", CruncherInitNormal),
     ("get_num_parameters", count_unique_set), ("get_num_parameters", count_by_identity),
-    ("get_num_parameters", count_by_data_ptr),
+    ("get_num_parameters", count_by_data_ptr), ("get_num_parameters", count_every_module_own),
     ("RunningMean", RunningMeanCopy), ("RunningMean", RunningMeanReassign),
     ("activation_shapes", shapes_global_hook), ("activation_shapes", shapes_exit_stack),
     ("Quadratic", QuadraticRegistered), ("Quadratic", QuadraticMatmul), ("Quadratic", QuadraticTransposed),
@@ -503,6 +512,22 @@ def count_as_float(model):
     return float(sum(p.numel() for p in model.parameters()))
 
 
+def count_one_level_down(model):
+    """Each child's own parameters, a shared one once (issue 26: it passed every public check on flat models)."""
+    return sum({id(p): p.numel() for child in model.children() for p in child.parameters(recurse=False)}.values())
+
+
+def count_children(model):
+    """Every child's parameters, deduplicated, but not the model's own."""
+    return sum({id(p): p.numel() for child in model.children() for p in child.parameters()}.values())
+
+
+def count_two_levels(model):
+    """The model's own parameters, its children's and grandchildren's: two levels deep."""
+    levels = [model, *model.children(), *(g for child in model.children() for g in child.children())]
+    return sum({id(p): p.numel() for m in levels for p in m.parameters(recurse=False)}.values())
+
+
 def count_after_unfreezing(model):
     for p in model.parameters():
         p.requires_grad_(True)
@@ -614,6 +639,30 @@ class RunningMeanOldMean(RunningMeanEvalToo):
         if self.training:
             self.update(x)
         return out
+
+
+class RunningMeanCountTurnsFloat(RunningMeanEvalToo):
+    """Adds the batch size as a tensor made like x: the int64 count becomes float32 at the first update."""
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                n = x.new_tensor(x.shape[0])
+                self.count = self.count + n
+                self.mean += (x.sum(0) - n * self.mean) / self.count
+        return x - self.mean
+
+
+class RunningMeanCall(RunningMeanEvalToo):
+    """Defines __call__ instead of forward: calling it works, hooks never run."""
+
+    def forward(self, x):
+        raise NotImplementedError
+
+    def __call__(self, x):
+        if self.training:
+            self.update(x)
+        return x - self.mean
 
 
 class RunningMeanNotPersistent(RunningMeanEvalToo):
@@ -827,6 +876,32 @@ class ConcatInPlace(ConcatModuleList):
         return out
 
 
+class SequentialBorrowedForward(SequentialSetattr):
+    """Not a subclass of nn.Sequential, but its forward (and the __iter__ it needs) taken from it."""
+    forward = nn.Sequential.forward
+    __iter__ = nn.Sequential.__iter__
+
+
+class SequentialCall(SequentialSetattr):
+    """__call__ instead of forward: model(x) works, every hook is skipped."""
+
+    def __call__(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class QuadraticMisspelled(nn.Module):
+    """forward misspelled: nn.Module's own forward is what runs."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(out_features, in_features, in_features) / in_features)
+
+    def foward(self, x):
+        return torch.einsum("kij,bi,bj->bk", self.W, x, x)
+
+
 class SequentialNoneWhenEmpty(SequentialSetattr):
     """Feeds x to the first module only: with no modules there is no output at all."""
     def forward(self, x):
@@ -858,6 +933,20 @@ def count_vector_alias(model):
 
 def count_flatten(model):
     return torch._utils._flatten_dense_tensors(list(model.parameters())).numel()
+
+
+_flatten_c = torch._C._nn.flatten_dense_tensors  # the C function under _flatten_dense_tensors, bound beforehand
+
+
+def count_flatten_c(model):
+    return _flatten_c(list(model.parameters())).numel()
+
+
+def shapes_private_export(model, x):
+    """torch.export's private entry point, which export() calls."""
+    from torch.export._trace import _export
+    exported = _export(model, (x,), strict=False)
+    return {node.name: tuple(node.meta["val"].shape) for node in exported.graph.nodes if "val" in node.meta}
 
 
 def shapes_fx(model, x):
@@ -897,6 +986,13 @@ class QuadraticTrilinear(QuadraticRegistered):
         return torch._trilinear(x, self.W, x, [1, 3], [0], [1, 2], [2, 3])
 
 
+class QuadraticAtenBilinear(QuadraticRegistered):
+    """The aten operator itself, through torch.ops: no Python-level bilinear is called."""
+
+    def forward(self, x):
+        return torch.ops.aten.bilinear.default(x, x, self.W, None)
+
+
 # A library call that does the exercise's whole job fails a public check whose message names the call.
 SHORTCUTS = [
     W("get_num_parameters", count_vector, "plain_stack", "not call torch.nn.utils.parameters_to_vector"),
@@ -904,10 +1000,14 @@ SHORTCUTS = [
     W("get_num_parameters", count_flatten, "plain_stack", "not call torch._utils._flatten_dense_tensors"),
     W("activation_shapes", shapes_fx, "nested_sequential", "not call torch.fx.Tracer.trace"),
     W("activation_shapes", shapes_export, "nested_sequential", "not call torch.export.export"),
-    W("Quadratic", QuadraticBilinear, "values", "not call torch.nn.functional.bilinear"),
+    # F.bilinear is torch.bilinear (one C function): the message may give either name
+    W("Quadratic", QuadraticBilinear, "values", "bilinear"),
     W("Quadratic", QuadraticTorchBilinear, "values", "not call torch.bilinear"),
-    W("Quadratic", QuadraticBilinearAlias, "values", "not call torch.nn.functional.bilinear"),
+    W("Quadratic", QuadraticBilinearAlias, "values", "bilinear"),
     W("Quadratic", QuadraticTrilinear, "values", "not call torch._trilinear"),
+    W("Quadratic", QuadraticAtenBilinear, "values", "not call torch.ops.aten"),
+    W("get_num_parameters", count_flatten_c, "plain_stack", "not call torch._C._nn.flatten_dense_tensors"),
+    W("activation_shapes", shapes_private_export, "nested_sequential", "not call torch.export._trace._export"),
 ]
 
 
@@ -991,6 +1091,9 @@ WRONG = [
     # `sequentials_built` (the scenario's module-registration hook) names it in the public checks
     *(W("MySequential", obj, "runs_the_modules_in_order", "builds a torch.nn.Sequential") for obj in THROWAWAY),
     W("MySequential", SequentialNoneWhenEmpty, "no_modules_returns_x", "got NoneType"),
+    W("MySequential", SequentialBorrowedForward, "runs_the_modules_in_order",
+      "takes forward = torch.nn.Sequential.forward"),
+    W("MySequential", SequentialCall, "runs_the_modules_in_order", "replaces __call__"),
     # Concat
     W("Concat", ConcatComposed, "does_not_compose_the_nets", "net2(net1(x))"),
     W("Concat", ConcatDim0, "does_not_compose_the_nets", "concatenated along dim 0"),
@@ -1027,6 +1130,10 @@ WRONG = [
     W("get_num_parameters", count_as_tensor, "plain_stack", "should be int, got int64 tensor"),
     W("get_num_parameters", count_as_float, "plain_stack", "should be int, got float 26.0"),
     W("get_num_parameters", count_after_unfreezing, "frozen_parameters_count", "changed the model's parameters"),
+    # the text says nested models: every level of the tree counts, the model's own parameters too
+    W("get_num_parameters", count_one_level_down, "every_level_counts", "returned 0, expected 51"),
+    W("get_num_parameters", count_children, "every_level_counts", "returned 48, expected 51"),
+    W("get_num_parameters", count_two_levels, "every_level_counts", "returned 15, expected 51"),
     # RunningMean
     W("RunningMean", RunningMeanEvalToo, "frozen_in_eval_mode", "eval mode"),
     W("RunningMean", RunningMeanParameter, "buffers_not_parameters", "registered as a parameter"),
@@ -1038,6 +1145,9 @@ WRONG = [
     W("RunningMean", RunningMeanFloatCount, "buffers_not_parameters", "`count` has dtype torch.float32"),
     W("RunningMean", RunningMeanOldMean, "exact_mean_in_training", "the mean after this batch's update"),
     W("RunningMean", RunningMeanNotPersistent, "buffers_not_parameters", "state_dict keys are [], expected"),
+    # count stays int64 after updates, not only before the first (the check read only the start)
+    W("RunningMean", RunningMeanCountTurnsFloat, "exact_mean_in_training", "`count` has dtype torch.float32"),
+    W("RunningMean", RunningMeanCall, "exact_mean_in_training", "replaces __call__"),
     # activation_shapes
     W("activation_shapes", shapes_hooks_left, "hooks_are_removed", "hook(s) attached"),
     W("activation_shapes", shapes_top_level, "nested_sequential", "nested"),
@@ -1060,6 +1170,7 @@ WRONG = [
     W("Quadratic", QuadraticPatchingBackward, "gradients_for_W_and_x", "no gradient reached it"),
     W("Quadratic", QuadraticLying, "values", "should be a tensor, got _AlwaysClose"),
     W("Quadratic", QuadraticExtraBuffer, "parameter_W", "registers ['eye'] besides W"),
+    W("Quadratic", QuadraticMisspelled, "values", "has no method named forward"),
 ]
 
 
@@ -1121,3 +1232,16 @@ def test_a_stub_is_not_implemented():
 
     assert run_exercise("modules.MySequential", Stub, hidden=True).status == "not_implemented"
     assert run_exercise("modules.activation_shapes", stub, hidden=True).status == "not_implemented"
+
+
+def test_nested_counts_hold_for_any_salt():
+    """The hidden nested check draws its widths from the grading run's salt: it fails counting one or two levels down
+    and passes a correct count, whatever the salt."""
+    from grader import registry
+    from grader.runner import run_check
+    ex = registry.load(hidden=True).get("modules.get_num_parameters")
+    check = next(c for c in ex.checks if c.name == "nested_other_widths")
+    for salt in ("a", "b", "c"):
+        for wrong in (count_one_level_down, count_children, count_two_levels):
+            assert run_check(ex, check, (wrong,), None, salt=salt).status == "failed", (salt, wrong.__name__)
+        assert run_check(ex, check, (count_every_module_own,), None, salt=salt).status == "passed", salt

@@ -205,6 +205,39 @@ def test_registry_rejects_bad_declarations():
         registry.load().get("testing.nope")
 
 
+@pytest.mark.parametrize("forbid, why", [(("broadcast_shapes",), "not a dotted name"),
+                                         (("torch.broadcast shapes",), "not a dotted name"),
+                                         ("torch.sum", "the string"),
+                                         (("no_such_module_anywhere.f",), "not installed")],
+                         ids=["undotted", "not_an_identifier", "a_string", "unknown_module"])
+def test_a_forbid_entry_that_names_nothing_is_an_error_at_registration(forbid, why):
+    """Catches a misspelled forbid entry that would refuse nothing, silently (issue 26: fail loudly); a function this
+    torch lacks is still accepted (and skipped when checking: it cannot be called)."""
+    with pytest.raises(ValueError, match=why):
+        registry.exercise("testing.bad_forbid", points=1, forbid=forbid)
+    assert "testing.bad_forbid" not in [e.id for e in registry.load().exercises]
+
+
+def test_a_forbidden_function_this_torch_lacks_is_accepted_and_skipped():
+    ex = registry.exercise("testing.lacks", points=1, needs=("f",), forbid=("torch._no_such_helper_in_any_release",))
+    try:
+        ex.check(lambda f: expect(f() == 1, "f() should be 1"))
+        assert run_exercise("testing.lacks", lambda: 1).status == "passed"
+    finally:
+        registry._DECLARED.pop("testing.lacks")  # test_every_forbidden_name_exists holds the course to the pin
+
+
+def test_assert_all_pass_refuses_a_chapter_without_exercises():
+    """Catches a solution's last cell that passes with no check run: a misspelled chapter key, or a kernel that
+    imported another grader (seen when a chapter was added by the README's recipe)."""
+    from grader.runner import assert_all_pass
+
+    with pytest.raises(AssertionError, match="chapter 'no_such_chapter' has no exercise"):
+        assert_all_pass({}, "no_such_chapter")
+    with pytest.raises(AssertionError, match="checks that fail on the solutions"):  # a chapter with exercises runs
+        assert_all_pass({}, "testing")
+
+
 def test_a_destructor_that_hangs_ends_as_a_timeout():
     """Python ignores exceptions raised in __del__: the alarm must repeat, and the check still time out."""
     import time as _time

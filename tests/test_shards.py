@@ -2,10 +2,14 @@
 one run: grades.csv and gradebook.csv byte for byte."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from grader.autograde.cohort import Shard
@@ -16,9 +20,9 @@ FAST = ["--timeout", "30", "--check-timeout", "5", "--notebook-timeout", "300", 
 STUDENTS = ("Ada", "Ben", "Chloé", "Dmitri")
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "grader", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +50,14 @@ def test_every_student_is_in_exactly_one_shard(count):
 def test_split_then_merge_equals_one_run(class_folder, tmp_path):
     """Caught: a merge that drops a shard's students, orders them otherwise, or grades chapters only some shards
     saw (Dmitri has no notebook: his row comes from the class, not from his shard)."""
-    one = run("grade", str(class_folder), "--out", str(tmp_path / "one"), *FAST)
+    # Where this run's kernels live (short: the sockets' paths must fit), none left once it is done.
+    scratch = Path(tempfile.mkdtemp(prefix="shards-", dir="/tmp"))
+    one = run("grade", str(class_folder), "--out", str(tmp_path / "one"), *FAST, env={"TMPDIR": str(scratch)})
     assert one.returncode == 0, one.stderr[-2000:]
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if any(str(scratch) in part for part in p.info["cmdline"] or [])]
+    shutil.rmtree(scratch, ignore_errors=True)
+    assert left == []  # the kernel each worker started ahead for a next notebook that never came is ended too
     outs = []
     for i in (1, 2):
         shard = run("grade", str(class_folder), "--out", str(tmp_path / f"shard{i}"), *FAST, "--shard", f"{i}/2")

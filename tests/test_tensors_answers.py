@@ -1,10 +1,13 @@
 """Chapter 01 checks against answers we did not write the checks from: other correct ones must pass
 (public and hidden checks), plausible wrong ones must fail."""
+import functools
 import math
+import operator
 
 import einops
 import pytest
 import torch
+from torch._C import _is_alias_of as ALIAS  # issue 26: bound before any check, under another name
 
 from grader.results import ERROR
 
@@ -200,6 +203,21 @@ class _AlwaysClose(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+_ALIAS_PARTIAL = functools.partial(torch._C._is_alias_of)  # made before the check: C code calls the builtin
+
+
+class _Storages:
+    same = staticmethod(torch._C._is_alias_of)
+
+
+def _alias_caught_and_tried_again(x, y):
+    """Catches the refusal and calls again: the guard remembers the first refusal, whatever the call did next."""
+    try:
+        return ALIAS(x, y)
+    except Exception:
+        return ALIAS(x, y)
+
+
 W = Wrong
 WRONG = [
     W("same_storage", lambda x, y: x.data_ptr() == y.data_ptr(), "views_at_an_offset",
@@ -281,6 +299,20 @@ WRONG = [
     # torch._C._is_alias_of answers the question outright: forbidden
     W("same_storage", lambda x, y: torch._C._is_alias_of(x, y), "views_share_storage",
       "not call torch._C._is_alias_of"),
+    # issue 26: the same builtin under other names and routes, refused by identity (grader/guard.py): an alias bound
+    # before the check (the profile hook), a getattr string (the attribute refuses while the call runs), partials and
+    # map made of the alias (C code calls it: the search of what the code refers to), one bound beforehand, a class
+    # attribute, a refusal caught and tried again, and _overlaps, which answers the same question
+    *[W("same_storage", answer, "views_share_storage", "not call torch._C._is_alias_of") for answer in (
+        lambda x, y: ALIAS(x, y),
+        lambda x, y: getattr(torch._C, "_is_al" + "ias_of")(x, y),
+        lambda x, y: functools.partial(ALIAS, x)(y),
+        lambda x, y: _ALIAS_PARTIAL(x, y),
+        lambda x, y: next(map(ALIAS, [x], [y])),
+        lambda x, y: operator.call(ALIAS, x, y),
+        lambda x, y: _Storages.same(x, y),
+        _alias_caught_and_tried_again)],
+    W("same_storage", lambda x, y: torch._C._overlaps(x, y), "views_share_storage", "not call torch._C._overlaps"),
     # the same storage, offset, sizes and strides: x and x[1:] share a storage but are not "set to" each other
     W("same_storage", lambda x, y: x.is_set_to(y), "views_at_an_offset", "share one storage"),
 ]
@@ -297,3 +329,9 @@ def test_the_refs_shortcut_would_pass_without_the_forbid_list(monkeypatch):
     # meta tensors still fail without it: no tensor can have the shapes of sizes_no_array_could_have
     assert_caught("tensors", Wrong("broadcast_shape", _broadcast_by_meta_tensors, "sizes_no_array_could_have",
                                    "needs no tensor or array"))
+
+
+def test_the_alias_builtin_would_pass_without_the_forbid_list(monkeypatch):
+    """torch._C._is_alias_of under another name really does the whole job (issue 26: 7 of 7 checks): only refusing
+    it, by identity, stops it."""
+    passes_without_forbid(monkeypatch, "tensors", "same_storage", lambda x, y: ALIAS(x, y))

@@ -103,22 +103,15 @@ def test_conda_installs_the_pins_with_the_grader():
 def test_a_forbidden_function_this_torch_lacks_is_skipped_not_a_crash():
     # catches a check that dies with AttributeError on a torch older or newer than the pin (a forbid list names
     # private helpers such as torch._refs._broadcast_shapes, which move between releases)
-    from grader import wire
-
-    def refuse(dotted):
-        def refused(*args, **kwargs):
-            raise RuntimeError(f"refused {dotted}")
-        return refused
-
-    restore = wire.forbid(("torch._no_such_helper_in_any_release", "torch.utils._no_such_module.f",
-                           "torch.broadcast_shapes"), refuse, lambda dotted: f"RuntimeError('refused {dotted}')")
-    try:
-        with pytest.raises(RuntimeError, match="refused torch.broadcast_shapes"):
-            import torch
-            torch.broadcast_shapes((1,), (2,))
-    finally:
-        restore()
     import torch
+
+    from grader import guard
+
+    watching = guard.Guard(("torch._no_such_helper_in_any_release", "torch.utils._no_such_module.f",
+                            "torch.broadcast_shapes"), lambda dotted: RuntimeError(f"refused {dotted}"))
+    with pytest.raises(RuntimeError, match="refused torch.broadcast_shapes"):
+        with watching:
+            torch.broadcast_shapes((1,), (2,))
     assert torch.broadcast_shapes((1,), (2,)) == (2,)
 
 

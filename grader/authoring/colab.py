@@ -103,32 +103,41 @@ def colab_link(course_url: str, notebook: str) -> str | None:
     return None
 
 
-def readme_section(course_url: str | None, notebooks: list[str]) -> str:
-    """The README's Colab route: badges when Colab can open the notebooks by address, upload otherwise,
-    and without a URL the plain fact that these notebooks cannot set themselves up in Colab."""
-    lines = ["### Google Colab", ""]
-    if not course_url:
-        return "\n".join(lines + [
-            "This copy of the course was built without the address where it is published, so its notebooks",
-            "have no Colab set-up cell: in Colab they would find no `grader`. Use one of the routes above, or",
+# The README's Colab route, in English (the source; grader.authoring.i18n translates each entry, keys kept).
+README_TEXT: dict[str, str] = {
+    "title": "### Google Colab",
+    "none": "This copy of the course was built without the address where it is published, so its notebooks\n"
+            "have no Colab set-up cell: in Colab they would find no `grader`. Use one of the routes above, or\n"
             "ask your instructor for the Colab release (`make release COURSE_URL=...` adds the set-up cell).",
-        ]) + "\n"
-    lines += ["Nothing to install: open a notebook in Colab and run it. Its first cell installs the course's",
-              "`grader` and `data/` from the course's release, keeps Colab's own PyTorch, and moves into the",
-              "release's `notebooks/` folder (outside Colab it does nothing). The release it installs:",
-              f"`{course_url.strip()}`." if "://" in course_url else
-              f"`{course_url.strip()}`, a file in the Colab session: upload the zip there first\n"
-              "(Files pane → Upload; a relative path starts at `/content`).",
-              "For a GPU: Runtime → Change runtime type → a GPU (T4 on the free tier); the grader knows the T4,",
-              "L4 and A100 peaks, so MFU is measured against them. Save your work: File → Download → .ipynb.",
-              ""]
+    "intro": "Nothing to install: open a notebook in Colab and run it. Its first cell installs the course's\n"
+             "`grader` and `data/` from the course's release, keeps Colab's own PyTorch, and moves into the\n"
+             "release's `notebooks/` folder (outside Colab it does nothing). The release it installs:",
+    "at_url": "`{url}`.",
+    "at_path": "`{url}`, a file in the Colab session: upload the zip there first\n"
+               "(Files pane → Upload; a relative path starts at `/content`).",
+    "gpu": "For a GPU: Runtime → Change runtime type → a GPU (T4 on the free tier); the grader knows the T4,\n"
+           "L4 and A100 peaks, so MFU is measured against them. Save your work: File → Download → .ipynb.",
+    "upload": "Open <https://colab.research.google.com>, choose File → Upload notebook, and pick a notebook\n"
+              "from this folder's `notebooks/`.",
+}
+
+
+def readme_section(course_url: str | None, notebooks: list[str], text: dict[str, str] | None = None) -> str:
+    """The README's Colab route: badges when Colab can open the notebooks by address, upload otherwise,
+    and without a URL the plain fact that these notebooks cannot set themselves up in Colab. `text` is
+    README_TEXT or a translation of it."""
+    text = README_TEXT if text is None else text
+    lines = [text["title"], ""]
+    if not course_url:
+        return "\n".join(lines + [text["none"]]) + "\n"
+    url = course_url.strip()
+    lines += [text["intro"], text["at_url" if "://" in course_url else "at_path"].format(url=url), text["gpu"], ""]
     links = [(name, colab_link(course_url, name)) for name in notebooks]
     if links and all(link for _, link in links):
         lines += [f"- `{name}` [![Open In Colab]({BADGE})]({link})" for name, link in links]
     else:
-        lines += ["Open <https://colab.research.google.com>, choose File → Upload notebook, and pick a notebook",
-                  "from this folder's `notebooks/`."]
+        lines += [text["upload"]]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["setup_cell", "colab_link", "readme_section", "TOP_FOLDER", "CELL_ID", "EXTRA_MODULES"]
+__all__ = ["setup_cell", "colab_link", "readme_section", "README_TEXT", "TOP_FOLDER", "CELL_ID", "EXTRA_MODULES"]

@@ -1,10 +1,12 @@
 """Build the folder a class is handed: student notebooks, the grader without hidden checks or authoring.
 
-`python -m grader release [--out DIR] [--force] [--course-url URL]` (default DIR: dist/student under the repo
-root), and a zip of it beside the folder (dist/student.zip) whose top folder is always `resource-accounting/`,
-its files dated when the course's last commit was made. The README and Makefile are the students' own, from
-release/. With --course-url (where the zip will be published) every notebook starts with the Colab set-up
-cell, and the README's Colab route says how to open them there (grader.authoring.colab).
+`python -m grader release [--out DIR] [--force] [--course-url URL] [--lang LANG]` (default DIR: dist/student
+under the repo root, dist/student-LANG for a translation), and a zip of it beside the folder (dist/student.zip)
+whose top folder is always `resource-accounting/`, its files dated when the course's last commit was made. The
+README and Makefile are the students' own, from release/. With --course-url (where the zip will be published)
+every notebook starts with the Colab set-up cell, and the README's Colab route says how to open them there
+(grader.authoring.colab). With --lang (zh) the markdown, the README and the words around each check are those of
+translations/LANG/ (grader.authoring.i18n), which must be complete and current.
 Every notebook and grader file written is scanned for solution markers; a hit deletes the folder and fails.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 from grader.authoring import colab
+from grader.authoring.i18n.localize import ENGLISH, localize
 from grader.authoring.markers import MarkerError, find_forbidden
 from grader.authoring.student import generate
 from grader.authoring.zipped import write_zip, zip_date
@@ -81,12 +84,13 @@ def _ignore_private(package: Path):
     return ignore
 
 
-def _write_readme(out: Path, course_url: str | None) -> None:
-    """Put the Colab route (for this course URL, or the lack of one) where release/README.md marks it."""
+def _write_readme(out: Path, course_url: str | None, colab_text: dict[str, str] | None = None) -> None:
+    """Put the Colab route (for this course URL, or the lack of one; in `colab_text`'s language) where the
+    README marks it."""
     readme = out / "README.md"
     text = readme.read_text(encoding="utf-8")
     notebooks = sorted(p.name for p in (out / "notebooks").glob("*.ipynb"))
-    section = colab.readme_section(course_url, notebooks).rstrip("\n")
+    section = colab.readme_section(course_url, notebooks, colab_text).rstrip("\n")
     lines = [section if line.strip() == README_COLAB else line for line in text.split("\n")]
     readme.write_text("\n".join(lines), encoding="utf-8")
 
@@ -118,9 +122,10 @@ def scan(out: Path) -> list[str]:
             for n, line in find_forbidden(path.read_bytes().decode("utf-8", "replace"))]
 
 
-def build_release(repo: Path, out: Path, force: bool = False, course_url: str | None = None) -> list[Path]:
-    """Delete and rebuild `out` from `repo` (with the Colab set-up cell when `course_url` is given); return the
-    files written, sorted."""
+def build_release(repo: Path, out: Path, force: bool = False, course_url: str | None = None,
+                  lang: str | None = None) -> list[Path]:
+    """Delete and rebuild `out` from `repo` (with the Colab set-up cell when `course_url` is given, translated
+    into `lang` when it is not English); return the files written, sorted."""
     check_out_dir(repo, out, force)
     if not any((repo / "solutions").glob("*.ipynb")):
         raise ReleaseError(f"no solution notebooks in {repo / 'solutions'}")
@@ -130,7 +135,8 @@ def build_release(repo: Path, out: Path, force: bool = False, course_url: str | 
     try:
         generate(repo / "solutions", out / "notebooks", course_url)
         _copy_sources(repo, out)
-        _write_readme(out, course_url)
+        colab_text = localize(repo, out, lang) if lang not in (None, ENGLISH) else None
+        _write_readme(out, course_url, colab_text)
         leaks = scan(out)
         if leaks:
             raise MarkerError("solution or hidden-test marker text in the release:\n  " + "\n  ".join(leaks))
@@ -180,19 +186,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the zip will be published (https://, file:// or a path): every notebook gets "
                              "the Colab set-up cell, the README its Colab route (badges for a GitHub address, "
                              "where the release folder is what the repository holds at that tag)")
+    parser.add_argument("--lang", default=ENGLISH,
+                        help="the language of the notebooks' text, the README and the words around each check: en "
+                             "(the source, default) or one with translations in translations/LANG/ (zh)")
     args = parser.parse_args(argv)
+    lang = args.lang.strip()
     try:
         repo = repo_root()
-        out = args.out if args.out is not None else repo / "dist" / "student"
+        name = "student" if lang == ENGLISH else f"student-{lang}"
+        out = args.out if args.out is not None else repo / "dist" / name
         epoch = release_epoch(repo)
-        written = build_release(repo, out, args.force, (args.course_url or "").strip() or None)
+        written = build_release(repo, out, args.force, (args.course_url or "").strip() or None, lang)
         archive = zip_release(out, epoch)
-    except (ReleaseError, ValueError, FileNotFoundError) as e:  # MarkerError is a ValueError
+    except (ReleaseError, ValueError, FileNotFoundError) as e:  # MarkerError and TranslationError are ValueErrors
         print(f"error: {e}", file=sys.stderr)
         return 2
     notebooks = [p for p in written if p.parts[0] == "notebooks"]
     print(f"built {out} and {archive.name} ({TOP_FOLDER}/, dated {time.strftime('%Y-%m-%d', time.gmtime(epoch))}): "
-          f"{len(written)} files, {len(notebooks)} notebooks")
+          f"{len(written)} files, {len(notebooks)} notebooks" + ("" if lang == ENGLISH else f", in {lang}"))
     for p in notebooks:
         print(f"  {p.as_posix()}")
     return 0

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from grader import guard
 from grader import scenario as scenarios_api
 from grader import wire
 from grader.autograde import kernel_side
@@ -50,10 +51,12 @@ MAX_TAMPERED = 20
 _TAMPER_NAME = re.compile(r"[^\w .()'<>-]")
 _SOURCE = Path(kernel_side.__file__).read_text(encoding="utf-8")
 _WIRE_SOURCE = Path(wire.__file__).read_text(encoding="utf-8")
-# Installs the wire and then the bridge module in the kernel, both from the grader's text (at setup, and again
-# if the notebook deleted them); then each request is one short line, which IPython runs in about 2 ms.
+_GUARD_SOURCE = Path(guard.__file__).read_text(encoding="utf-8")
+# Installs the guard, the wire and then the bridge module in the kernel, all from the grader's text (at setup, and
+# again if the notebook deleted them); then each request is one short line, which IPython runs in about 2 ms.
 _INSTALL = ("import sys as _s, types as _t\n"
-            f"for _n, _f, _c in (({kernel_side.WIRE!r}, {kernel_side.WIRE_FILE!r}, {_WIRE_SOURCE!r}),\n"
+            f"for _n, _f, _c in (({kernel_side.GUARD!r}, {kernel_side.GUARD_FILE!r}, {_GUARD_SOURCE!r}),\n"
+            f"                   ({kernel_side.WIRE!r}, {kernel_side.WIRE_FILE!r}, {_WIRE_SOURCE!r}),\n"
             f"                   ({kernel_side.MODULE!r}, {kernel_side.BRIDGE_FILE!r}, {_SOURCE!r})):\n"
             "    _m = _t.ModuleType(_n)\n    _s.modules[_n] = _m\n    exec(compile(_c, _f, 'exec'), _m.__dict__)\n"
             "del _s, _t, _m, _n, _f, _c")
@@ -253,8 +256,10 @@ class Bridge:
         storages: dict = {}
         refs = _student_refs((tuple(args), dict(kwargs)), token)
         packed_args, packed_kwargs = wire.pack(refs, token, storages)
+        trace = scenarios_api.current_trace()
         payload = {**what, "args": packed_args, "kwargs": packed_kwargs, "seed": seed,
-                   "forbid": list(exercise.forbid), "token": token, "storages": wire.storage_list(storages)}
+                   "forbid": list(exercise.forbid), "token": token, "storages": wire.storage_list(storages),
+                   "trace": trace.request if trace is not None else None}
         outcome, reply = self.request(op, payload, remaining)
         if outcome.status == "timeout":
             self.kernel.recover(outcome)
@@ -275,6 +280,8 @@ class Bridge:
                                                      wire.storages_from(list(reply.get("storages") or [])))
         except Exception as e:  # a reply that does not decode is the student's doing (or a grader bug): not a pass
             raise RuntimeError(f"the kernel's reply could not be read ({type(e).__name__})") from None
+        if trace is not None:  # what the call did, recorded in the kernel, for the check that asked (grader/guard.py)
+            trace.add(reply.get("trace"))
         if copy_back:
             self._copy_back(args, remote_args)
         if not reply.get("ok"):

@@ -34,6 +34,7 @@ from grader.autograde.classpage import write_class_report
 from grader.autograde.collect import Submission
 from grader.autograde import integrity, warm
 from grader.autograde.kernel import Limits
+from grader.autograde.launcher import scratch_base
 from grader.autograde.notebook import grade, whole_notebook
 from grader.autograde.records import NotebookRecord
 from grader.autograde.regrade import Selection
@@ -358,7 +359,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
     start = time.monotonic()
     console = console or Console(stderr=True)
     options = options or Options()
-    with tempfile.TemporaryDirectory(prefix="grader-") as scratch_root:
+    with tempfile.TemporaryDirectory(prefix="grader-", dir=scratch_base()) as scratch_root:
         os.chmod(scratch_root, 0o711)  # a kernel user reaches its own notebook's folder in here, nothing else
         public = public_tree(Path(scratch_root))
         isolation = choose(sandbox, public, kernel_user=kernel_user)

@@ -128,8 +128,8 @@ class NotebookKernel:
             env["GRADER_WAIT"] = fifo
             if os.geteuid() == 0:  # only root can set it back to normal priority when its notebook comes
                 env["GRADER_WAIT_NICE"] = str(AHEAD_NICE)
+        self._client = client  # before it starts: whatever part of the start failed, close() ends it
         client.start_new_kernel(cwd=str(self.cwd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self._client = client
 
     def go(self) -> None:
         """Let a kernel started ahead go on: the notebook's files are in its folder now; as root, at normal
@@ -189,12 +189,17 @@ class NotebookKernel:
             self._client = None
             return
         kids = self.processes.started() + self.processes.sandbox()  # found through the client, before it goes
+        contexts = [c.context for c in (client.km, getattr(client, "kc", None)) if c is not None]
         self._client = None
         try:
             client._cleanup_kernel()
         except Exception:
             pass
         kill(kids)
+        # Sockets a failed start left open would make the context's garbage collection wait for them forever
+        # (zmq's term), stalling the worker between two notebooks: closed now, without waiting.
+        for context in contexts:
+            context.destroy(linger=0)
         shutil.rmtree(self.launcher.ipc, ignore_errors=True)
 
     def __enter__(self) -> "NotebookKernel":

@@ -3,8 +3,9 @@
 It is never imported there (the student's code could have replaced an imported module), and it
 decides nothing: it calls the student's function on inputs the grader wrote and hands back plain
 data (tensors, numbers, strings, containers) for the grader to judge in its own process.
-It imports nothing from `grader`: what crosses (packing, forbidding, the traceback filter) is the kernel's
-copy of `grader/wire.py`, installed from the grader's text just before this module.
+It imports nothing from `grader`: what crosses (packing, the traceback filter) is the kernel's copy of
+`grader/wire.py`, and what refuses forbidden calls and traces the student's call is its copy of `grader/guard.py`,
+both installed from the grader's text just before this module.
 """
 import gc
 import os
@@ -20,6 +21,8 @@ BRIDGE_FILE = "<grader-bridge>"
 SCENARIOS = "__grader_scenarios__"  # the package the scenario modules are installed under (see setup)
 WIRE = "__grader_wire__"          # grader/wire.py's text, compiled into the kernel just before this module
 WIRE_FILE = "<grader-wire>"
+GUARD = "__grader_guard__"        # grader/guard.py's text, compiled into the kernel before the wire
+GUARD_FILE = "<grader-guard>"
 _LIB_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, os))
 
 # In the kernel, the copy the bridge installed; in the grading process (which reads this module only for its
@@ -27,6 +30,7 @@ _LIB_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, 
 _wire = sys.modules[WIRE] if WIRE in sys.modules else __import__("grader.wire", fromlist=["_"])
 pack, unpack, storage_list, storages_from = _wire.pack, _wire.unpack, _wire.storage_list, _wire.storages_from
 _resolve = _wire.resolve
+_guard = sys.modules[GUARD] if GUARD in sys.modules else __import__("grader.guard", fromlist=["_"])
 
 
 def _shell():
@@ -42,7 +46,7 @@ def _watched(protected):
     """Everything tampering would change: protected names, and every attribute of every grader module."""
     found = {name: _resolve(name) for name in protected}
     for modname, mod in sorted(sys.modules.items()):
-        ours = modname in ("grader", SCENARIOS, WIRE) or modname.startswith(("grader.", SCENARIOS + "."))
+        ours = modname in ("grader", SCENARIOS, WIRE, GUARD) or modname.startswith(("grader.", SCENARIOS + "."))
         if ours and mod is not None:
             for attr, value in list(vars(mod).items()):
                 if not attr.startswith("__"):
@@ -127,7 +131,7 @@ class Forbidden(Exception):
 
 
 def _student_frames(tb):
-    return _wire.student_frames(tb, _LIB_DIRS, (BRIDGE_FILE, WIRE_FILE, "<grader-scenario"))
+    return _wire.student_frames(tb, _LIB_DIRS, (BRIDGE_FILE, WIRE_FILE, GUARD_FILE, "<forbidden>", "<grader-scenario"))
 
 
 def _error(e):
@@ -149,10 +153,13 @@ def _error(e):
             "forbidden": e.args[0] if isinstance(e, Forbidden) else ""}
 
 
-def _student_object(ns):
-    """Resolve a name to the notebook's object; a missing one (e.g. lost with a skipped cell) raises when used."""
+def _student_object(ns, found=None):
+    """Resolve a name to the notebook's object; a missing one (e.g. lost with a skipped cell) raises when used.
+    Each object resolved is added to `found` (what the guard searches for forbidden objects the student holds)."""
     def resolve(name):
         if name in ns:
+            if found is not None:
+                found.append(ns[name])
             return ns[name]
 
         def missing(*a, **k):
@@ -162,31 +169,36 @@ def _student_object(ns):
     return resolve
 
 
-def _run(request, fn, args, kwargs, collect=False):
-    """fn(*args, **kwargs) with the exercise's forbidden functions refused and torch seeded; the reply.
+def _run(request, fn, args, kwargs, collect=False, roots=None):
+    """fn(*args, **kwargs) under the exercise's guard (its forbidden calls refused, the trace recorded when the check
+    asked for one) with torch seeded; the reply. A refusal the student's code caught still ends the call as refused.
 
     With `collect`, the objects the call made (in reference cycles too) die before it returns, so a
     misbehaving `__del__` runs inside this call's time and is charged to this check."""
     token = request["token"]
-
-    def refuse(dotted):
-        def refused(*a, **k):
-            raise Forbidden(dotted)
-        return refused
-    restore = _wire.forbid(request["forbid"], refuse, lambda dotted: f"__import__({MODULE!r}).Forbidden({dotted!r})")
+    guard = _guard.Guard(request["forbid"], Forbidden, (fn,) if roots is None else roots, request.get("trace"))
     opaque, storages = {}, {}
+    result = failed = trace = None
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(request["seed"])
-            result = fn(*args, **kwargs)
+            with guard:
+                result = fn(*args, **kwargs)
+    except BaseException as e:  # the student's exception is data for the grader, whatever it is
+        failed = e
+    try:
+        if guard.refusals:
+            failed = Forbidden(guard.refusals[0])
+        trace = guard.data(args, result)
+        if failed is not None:
+            raise failed
         reply = {"ok": True, "result": pack(result, token, storages, opaque)}
         del result
         if collect:
             gc.collect(1)  # the young generations: what this call made
-    except BaseException as e:  # the student's exception is data for the grader, whatever it is
+    except BaseException as e:
         reply = {"ok": False, "error": _error(e)}
-    finally:
-        restore()
+    reply["trace"] = trace
     reply["args"] = [pack(a, token, storages) if type(a) in (torch.Tensor, torch.nn.Parameter) else None
                      for a in args]
     reply["opaque"], reply["storages"] = opaque, storage_list(storages)
@@ -203,13 +215,14 @@ def call(request):
 def scenario(request):
     """Run a scenario (a function of a scenario module installed at setup) on the notebook's objects."""
     token = request["token"]
+    students = []
     args, kwargs = unpack((request["args"], request["kwargs"]), token, storages_from(request["storages"]),
-                          _student_object(_namespace()))
+                          _student_object(_namespace(), students))
     module = sys.modules.get(f"{SCENARIOS}.{request['module']}")
     fn = getattr(module, request["function"], None) if module is not None else None
     if fn is None:
         raise RuntimeError(f"the grader's scenario {request['module']}.{request['function']} is not installed")
-    reply = _run(request, fn, args, kwargs, collect=True)
+    reply = _run(request, fn, args, kwargs, collect=True, roots=students)
     reply["args"] = []
     return reply
 

@@ -16,6 +16,21 @@ from grader.autograde.diskwatch import EXCHANGE_BYTES, EXCHANGE_ENTRIES, FOLDER_
 from grader.autograde.sandbox import Isolation
 
 _LAUNCH = str(Path(__file__).with_name("launch.py"))  # by path: see launch.py
+# A Unix socket's path holds at most 107 bytes (sun_path); the longest the kernel binds is its folder for the
+# sockets plus "/kernel-" and a port-like number. Past this, ZMQ fails with "File name too long".
+SOCKET_PATH_MAX = 100
+
+
+def scratch_base() -> str:
+    """Where a grading run puts its notebooks' folders: the temporary folder, unless its path is too long for the
+    kernels' Unix sockets, which live 5 folders down (a test's TMPDIR can be); then /tmp."""
+    base = tempfile.gettempdir()
+    if len(base) + 52 + len("/kernel-65535") <= SOCKET_PATH_MAX:
+        return base
+    if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK):
+        return "/tmp"
+    raise RuntimeError(f"the temporary folder {base!r} is too long a path for the grading kernels' sockets "
+                       f"and /tmp is not writable: set TMPDIR to a short folder")
 
 
 class GradingKernelManager(AsyncKernelManager):
@@ -79,8 +94,8 @@ class Launcher:
         iso = self.isolation
         if iso is None:
             # Unix sockets in a private folder: no TCP port, nothing another user on the machine can reach.
-            self.ipc = tempfile.mkdtemp(prefix="grader-ipc-")
-            return GradingKernelManager(transport="ipc", ip=os.path.join(self.ipc, "kernel"))
+            self.ipc = tempfile.mkdtemp(prefix="grader-ipc-", dir=scratch_base())
+            return GradingKernelManager(transport="ipc", ip=self._socket_path())
         if not self._prepared:
             sandbox.prepare_home(self.home)
             if iso.kind == "bwrap":
@@ -88,12 +103,20 @@ class Launcher:
             sandbox.own_folder(self.folder, iso)
             self._prepared = True
         self.ipc = str(self.private_dir("ipc-"))
-        km = GradingKernelManager(transport="ipc", ip=os.path.join(self.ipc, "kernel"),
+        km = GradingKernelManager(transport="ipc", ip=self._socket_path(),
                                   connection_file=os.path.join(self.ipc, "connection.json"))
         prefix = sandbox.bwrap_argv(iso, self.folder, self.cwd, disk=self.limits.files) if iso.kind == "bwrap" else []
         km.launch_argv = [*prefix, sys.executable, iso.launch]
         km.owner = sandbox.user_ids(iso)
         return km
+
+    def _socket_path(self) -> str:
+        """The prefix of the kernel's socket files; too long a path fails here, by name, not inside ZMQ."""
+        path = os.path.join(self.ipc, "kernel")
+        if len(path) + len("-65535") > SOCKET_PATH_MAX:
+            raise RuntimeError(f"the kernel's socket folder {self.ipc!r} is too long a path for a Unix socket "
+                               f"(at most {SOCKET_PATH_MAX} bytes): grade from a shorter temporary folder (TMPDIR)")
+        return path
 
     def fifo(self, name: str) -> str:
         """A FIFO in this start's sockets folder, the kernel's to open: the one it writes each finished request's

@@ -8,12 +8,14 @@ import, and judges.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from grader.expect import call, describe, expect, expect_tensor, expect_tensor_like, fail
 from grader.registry import exercise
-from grader.scenario import run_scenario
+from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
 from grader.scenarios import common
 
@@ -34,9 +36,14 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # library's SiLU under other names (its derivative, aten's silu_backward, is named by the second-derivative check).
 FUNCTIONAL = ("torch.autograd.functional.vjp", "torch.autograd.functional.jacobian", "torch.func.vjp",
               "torch.func.jacrev", "torch.func.jacfwd", "torch.func.grad", "torch.func.grad_and_value")
+# linear_loss_grad is by hand: autograd under every name is refused, down to the engine's own entry (what
+# torch.autograd.grad and .backward call; refused by identity, so an alias or the engine's class reaches it too) and
+# forward mode's dual numbers; its checks also trace the call for backward passes and a recorded graph, whatever
+# route reached the engine (a Node called by hand included).
 LINEAR_LOSS_GRAD = exercise("autograd.linear_loss_grad", points=2,
                             forbid=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
-                                    *FUNCTIONAL))
+                                    "torch.autograd.Variable._execution_engine.run_backward",
+                                    "torch.autograd.forward_ad.make_dual", "torch._make_dual", *FUNCTIONAL))
 VJP = exercise("autograd.vjp", points=2, forbid=FUNCTIONAL)
 JACOBIAN = exercise("autograd.jacobian", points=2, forbid=FUNCTIONAL)
 GRADIENT_NORM_PENALTY = exercise("autograd.gradient_norm_penalty", points=2)
@@ -53,12 +60,19 @@ def _tolerance(dtype: torch.dtype) -> dict:
 # ---------------------------------------------------------------- linear_loss_grad
 
 def expect_linear_grad(linear_loss_grad, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, how: str) -> None:
-    """linear_loss_grad(x, w, target) equals autograd's gradient, computed here (float64 for the reference)."""
+    """linear_loss_grad(x, w, target) equals autograd's gradient, computed here (float64 for the reference), and
+    the call used no autograd: no backward pass, no graph recorded (its trace, taken where the code ran)."""
     wr = w.detach().double().requires_grad_()
     loss = 0.5 * ((x.detach().double() @ wr - target.detach().double()) ** 2).sum()
     (want,) = _grad(loss, wr)
-    got = call(linear_loss_grad, x, w, target, what=f"linear_loss_grad({how})")
-    expect_tensor(got, want.to(w.dtype), f"linear_loss_grad({how})", **_tolerance(w.dtype))
+    what = f"linear_loss_grad({how})"
+    with tracing() as trace:
+        got = call(linear_loss_grad, x, w, target, what=what)
+    expect(trace.backward_passes == 0, f"{what} ran {trace.backward_passes} backward pass(es) through autograd's "
+                                       "engine: derive the gradient by hand and compute it with matrix operations")
+    expect(trace.graph_ops == 0, f"{what} built an autograd graph ({trace.graph_ops} operations on tensors that "
+                                 "require grad): derive the gradient by hand; the inputs need no requires_grad")
+    expect_tensor(got, want.to(w.dtype), what, **_tolerance(w.dtype))
 
 
 @LINEAR_LOSS_GRAD.check
@@ -87,10 +101,17 @@ def non_contiguous_inputs(linear_loss_grad):
 
 # ---------------------------------------------------------------- vjp and jacobian
 
-def expect_vjp(vjp, name: str, x: torch.Tensor, v: torch.Tensor, how: str) -> dict:
-    """The student's vjp on the named function equals torch.autograd.functional.vjp; the scenario's report."""
+def expect_vjp(vjp, name: str, x: torch.Tensor, v: torch.Tensor, how: str, watch_x: bool = False) -> dict:
+    """The student's vjp on the named function equals torch.autograd.functional.vjp; the scenario's report. With
+    `watch_x`, the call is traced and `x_written` says whether an operation wrote into x's memory while it ran (x is
+    vjp_report's third argument, handed to vjp itself)."""
     _, want = _vjp(scenarios.FUNCTIONS[name], x, v)
-    out = run_scenario(scenarios.vjp_report, vjp, name, x, v)
+    if watch_x:
+        with tracing() as trace:
+            out = run_scenario(scenarios.vjp_report, vjp, name, x, v)
+        out["x_written"] = 2 in trace.written
+    else:  # untraced: a trace slows every tensor operation of the call down
+        out = run_scenario(scenarios.vjp_report, vjp, name, x, v)
     expect_tensor(out["vjp"], want, f"vjp(f, x, v) for {how}", rtol=1e-7, atol=1e-9)
     return out
 
@@ -112,6 +133,9 @@ def expect_no_trace(out: dict, how: str) -> None:
     expect(not out["x_requires_grad"], f"vjp(f, x, v) for {how} set requires_grad on the caller's x; work on a "
                                        "detached copy (x.detach().requires_grad_())")
     expect(out["x_unchanged"], f"vjp(f, x, v) for {how} changed x")
+    expect(not out["x_written"], f"vjp(f, x, v) for {how} wrote into the caller's x (an in-place operation on x, "
+                                 "or on a view or .data of it), even if its values came back: leave x untouched "
+                                 "and differentiate a detached copy")
 
 
 @VJP.check
@@ -126,7 +150,7 @@ def leaves_the_callers_x_alone(vjp):
     """the caller's x keeps no .grad and does not start requiring grad; the result carries no graph"""
     how = "f(x) = x ** 2, x of shape (3,)"
     expect_no_trace(expect_vjp(vjp, "square", torch.randn(3, dtype=torch.float64),
-                               torch.randn(3, dtype=torch.float64), how), how)
+                               torch.randn(3, dtype=torch.float64), how, watch_x=True), how)
 
 
 @VJP.check
@@ -149,10 +173,17 @@ def zero_dim_input_and_output(vjp):
                "f: (2, 3) -> () with v 0-dim")
 
 
-def expect_jacobian(jacobian, name: str, x: torch.Tensor, how: str) -> dict:
-    """The student's jacobian of the named function equals torch.autograd.functional.jacobian."""
+def expect_jacobian(jacobian, name: str, x: torch.Tensor, how: str, count_passes: bool = False) -> dict:
+    """The student's jacobian of the named function equals torch.autograd.functional.jacobian; the scenario's
+    report. With `count_passes`, the call is traced and the report holds the backward passes it started (every
+    route into autograd's engine) and f(x)'s size."""
     want = _jacobian(scenarios.FUNCTIONS[name], x)
-    out = run_scenario(scenarios.jacobian_report, jacobian, name, x)
+    if count_passes:
+        with tracing() as trace:
+            out = run_scenario(scenarios.jacobian_report, jacobian, name, x)
+        out["passes"], out["outputs"] = trace.backward_passes, math.prod(want.shape[:want.dim() - x.dim()])
+    else:
+        out = run_scenario(scenarios.jacobian_report, jacobian, name, x)
     what = f"jacobian(f, x) for {how}"
     got = out["jacobian"]
     if isinstance(got, torch.Tensor) and got.shape != want.shape:
@@ -193,9 +224,15 @@ def zero_dim_input_or_output(jacobian):
 
 
 def expect_made_of_vjps(out: dict, how: str) -> None:
-    """The Jacobian came from backward passes through f (VJPs), and x is as it was."""
+    """The Jacobian came from backward passes through f (VJPs), one plain pass per element of f(x), and x is as
+    it was."""
     expect(out["backward_calls"] >= 1, f"jacobian(f, x) for {how} made no backward pass through f: build it from "
                                        "VJPs, one per output element (not from finite differences)")
+    passes, outputs = out["passes"], out["outputs"]
+    batched = " (batched: is_grads_batched or vmap)" if out["batched_calls"] else ""
+    expect(passes == outputs and not out["batched_calls"],
+           f"jacobian(f, x) for {how} ran {passes} backward pass(es){batched} for the {outputs} elements of f(x): "
+           "the exercise builds J from one VJP per output element, one plain backward pass each")
     expect(out["x_unchanged"], f"jacobian(f, x) for {how} changed x")
 
 
@@ -203,7 +240,8 @@ def expect_made_of_vjps(out: dict, how: str) -> None:
 def made_of_vjps(jacobian):
     """built from VJPs: backward passes through f, not finite differences; x is left as it was"""
     how = "f(x) = tanh(cumsum(x)) * x, x of shape (2, 3)"
-    expect_made_of_vjps(expect_jacobian(jacobian, "cumsum_tanh", torch.randn(2, 3, dtype=torch.float64), how), how)
+    expect_made_of_vjps(expect_jacobian(jacobian, "cumsum_tanh", torch.randn(2, 3, dtype=torch.float64), how,
+                                        count_passes=True), how)
 
 
 # ---------------------------------------------------------------- gradient_norm_penalty

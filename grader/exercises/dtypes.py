@@ -7,8 +7,7 @@ import torch
 
 from grader.expect import call, describe, expect, expect_tensor_like, expect_type, fail
 from grader.registry import exercise
-from grader.scenario import run_scenario
-from grader.scenarios import dtypes as scenarios
+from grader.scenario import tracing
 
 # Each of these hands over the smallest subnormal (nextafter(0, 1), NumPy's finfo.smallest_subnormal, math.ulp(0.0)):
 # the exercise is to build it from torch.finfo's smallest normal and eps, or from the bits.
@@ -16,8 +15,9 @@ SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1,
                               forbid=("torch.nextafter", "torch.Tensor.nextafter", "numpy.nextafter", "numpy.finfo",
                                       "math.nextafter", "math.ulp"))
 # torch.Tensor.bfloat16 is refused outright (a clear message); every other way of making a bfloat16 tensor
-# (.to(torch.bfloat16), .type(...), copy_ into one, aten ops...) is caught by the scenario that records the
-# dtype of every tensor the student's function makes.
+# (.to(torch.bfloat16), .type(...), copy_ into one, aten ops...) is caught by the trace of the call, which records
+# the dtype of every tensor the student's function makes and where its result's values came from: integer bit
+# operations, as the exercise asks, not floating-point arithmetic (frexp and ldexp, a scaled round).
 ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3, forbid=("torch.Tensor.bfloat16",))
 # A library sum does the whole job its own way (pairwise, in a float32 accumulator, or exactly): refused by name.
 _LIBRARY_SUMS = ("torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum", "torch.cumsum",
@@ -103,12 +103,43 @@ def _hex(value: torch.Tensor) -> str:
     return f"{value.item()!r} (0x{int(_view(value.reshape(1), torch.int32)) & 0xFFFFFFFF:08x})"
 
 
+# What the result's values may come from (its trace's lineage, "operator:dtype"): at least one integer bit operation,
+# and no floating-point arithmetic, which is the other way to round (frexp/ldexp and a scaled round, x * c - ...).
+_BIT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
+            "and", "or", "xor", "lshift", "rshift", "iand", "ior", "ixor", "ilshift", "irshift"}
+_FLOAT_ARITHMETIC = {"add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "frexp", "ldexp", "round",
+                     "floor", "ceil", "trunc", "fix", "pow", "float_power", "exp", "exp2", "log", "log2", "sqrt",
+                     "reciprocal", "fmod", "remainder", "nextafter", "copysign", "addcmul", "addcdiv", "lerp", "hypot"}
+
+
+def _operator(entry: str) -> tuple[str, str]:
+    """'aten.__rshift__:int32' -> ('rshift', 'int32'): the operator's name without namespace or in-place marks."""
+    op, _, dtype = entry.rpartition(":")
+    return op.removeprefix("aten.").strip("_"), dtype
+
+
+def expect_integer_method(lineage: set[str], what: str) -> None:
+    """The result's values came from integer bit operations (on x.view(torch.int32)), not floating-point arithmetic."""
+    ops = sorted(lineage)
+    arithmetic = sorted({op for op, dtype in map(_operator, ops)
+                         if op in _FLOAT_ARITHMETIC and dtype.startswith(("float", "bfloat"))})
+    if arithmetic:
+        fail(f"{what} rounded with floating-point arithmetic ({', '.join(arithmetic[:8])}): do the rounding with "
+             "integer operations on x.view(torch.int32), as the exercise asks")
+    if not any(op in _BIT_OPS and dtype.startswith(("int", "uint")) for op, dtype in map(_operator, ops)):
+        came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in ops[:8])}" if ops
+                else "no tensor operation made its values")
+        fail(f"{what} computed its result without integer bit operations on x.view(torch.int32) ({came}): round "
+             "the bits themselves, with integer operations on the int32 view")
+
+
 def expect_rounded(round_to_bf16, x: torch.Tensor, how: str) -> None:
     """Bit-identical to torch's conversion (x.to(torch.bfloat16).float()), except that a NaN only has to stay
-    NaN; and no bfloat16 tensor made on the way."""
+    NaN; no bfloat16 tensor made on the way, and the rounding done on integer bits (the call's trace)."""
     want = _to(_to(x, torch.bfloat16), torch.float32)
     what = f"round_to_bf16({how})"
-    got = call(round_to_bf16, x, what=what)
+    with tracing(lineage=True) as trace:
+        got = call(round_to_bf16, x, what=what)
     expect_tensor_like(got, tuple(want.shape), torch.float32, want.device, what)
     flat_x, flat_got, flat_want = x.reshape(-1), got.reshape(-1), want.reshape(-1)
     nan = _isnan(flat_want)
@@ -124,9 +155,9 @@ def expect_rounded(round_to_bf16, x: torch.Tensor, how: str) -> None:
         zero = " (the sign of zero counts too)" if float(flat_want[i]) == 0.0 else ""
         fail(f"{what}: {_hex(flat_x[i])} became {_hex(flat_got[i])}; the nearest bfloat16 (ties to even) "
              f"is {_hex(flat_want[i])}{zero}")
-    made = run_scenario(scenarios.dtypes_produced, round_to_bf16, x)
-    expect("bfloat16" not in made, f"{what} made a bfloat16 tensor: do the rounding with integer operations on "
-                                   "x.view(torch.int32), not with torch's own conversion")
+    expect("bfloat16" not in trace.dtypes, f"{what} made a bfloat16 tensor: do the rounding with integer operations "
+                                           "on x.view(torch.int32), not with torch's own conversion")
+    expect_integer_method(trace.lineage, what)
 
 
 @ROUND_TO_BF16.check

@@ -1,11 +1,15 @@
 """Chapter 09 (gpu): public checks. Hidden checks for the same exercises live in grader/hidden/gpu.py.
 
-Grading has no GPU, so the checks of device logic run the student's code on simulated machines
-(grader/scenarios/gpu.py): a CPU-only one, one with a given number of GPUs, and one with an
-asynchronous simulated GPU (a queue of work on the host's clock, CUDA events, allocator counters).
-Every check sets the machine it needs, so its verdict is the same on a laptop and on an H100.
+The checks of device logic run the student's code on simulated machines (grader/scenarios/gpu.py): a
+CPU-only one, one with a given number of GPUs, and one with asynchronous simulated GPUs (a queue of work,
+CUDA events, allocator counters, copies at rates the check sets), on a simulated clock. Every check sets the
+machine and the clock it needs and none asks the grading machine what it has, so a verdict is the same on a
+laptop, on an H100 and on a machine busy grading sixteen notebooks. One sanity check per timing exercise runs
+on the real clock, with a band wide enough for any load.
 """
 from __future__ import annotations
+
+import statistics
 
 import torch
 
@@ -24,8 +28,6 @@ try:  # a build without distributed support has no torch.distributed.utils
     import torch.distributed.utils  # noqa: F401
 except ImportError:  # pragma: no cover
     pass
-
-_device_count = torch.cuda.device_count  # the real machine's, bound before any student code runs
 
 TRY_GPU = exercise("gpu.try_gpu", points=1)
 TRY_ALL_GPUS = exercise("gpu.try_all_gpus", points=1)
@@ -95,20 +97,19 @@ def expect_try_all_gpus(try_all_gpus, count: int) -> None:
 
 
 @TRY_GPU.check
-def on_this_machine(try_gpu):
-    """try_gpu() on this machine: cuda:0 if it has a GPU, else cpu; try_gpu(64) is cpu"""
-    n = _device_count()
-    expect_device(try_gpu(), torch.device("cuda:0") if n else torch.device("cpu"),
-                  f"try_gpu() on this machine ({n} GPU{'s' if n != 1 else ''})")
-    expect_device(try_gpu(64), torch.device("cpu"), f"try_gpu(64) on this machine ({n} GPUs)")
+def simulated_machines(try_gpu):
+    """machines with 0, 1 and 4 GPUs (simulated): cuda:i when GPU i exists, else cpu; try_gpu(i=2) by keyword"""
+    expect_try_gpu(try_gpu, 0, [None, 0])
+    expect_try_gpu(try_gpu, 1, [None, 0])
+    expect_try_gpu(try_gpu, 4, [None, 1, 3, {"i": 2}])
 
 
 @TRY_GPU.check
-def simulated_machines(try_gpu):
-    """machines with 0, 1 and 4 GPUs (simulated): cuda:i when GPU i exists, else cpu; try_gpu(i=2) by keyword"""
-    expect_try_gpu(try_gpu, 0, [None, 0, 1])
-    expect_try_gpu(try_gpu, 1, [None, 0, 1])
-    expect_try_gpu(try_gpu, 4, [None, 1, 3, 4, {"i": 2}])
+def past_the_last_gpu(try_gpu):
+    """GPU i that does not exist is the cpu: try_gpu(1) with 1 GPU, try_gpu(4) and try_gpu(64) with 4 (simulated)"""
+    expect_try_gpu(try_gpu, 0, [1, 64])
+    expect_try_gpu(try_gpu, 1, [1, {"i": 2}])
+    expect_try_gpu(try_gpu, 4, [4, 64])
 
 
 @TRY_ALL_GPUS.check
@@ -120,7 +121,8 @@ def all_gpus_or_cpu(try_all_gpus):
 
 # ---------------------------------------------------------------- to_device
 # A batch is described by a nested spec: ["tensor", shape, dtype], ["param", shape], ["watched", shape],
-# ["numpy", shape], ["value", v], ["object"], ["list", [specs]], ["tuple", [specs]], ["dict", [[key, spec], ...]]
+# ["cuda", shape, index] (float32 on simulated GPU `index`), ["numpy", shape], ["value", v], ["object"],
+# ["list", [specs]], ["tuple", [specs]], ["dict", [[key, spec], ...]]
 # (and the other Mappings: "OrderedDict", "defaultdict" with default_factory list, "UserDict", specs as for
 # "dict"), ["namedtuple", name, [fields], [specs]]. It travels flattened (flat_spec); the checks walk it for what must
 # come back.
@@ -153,17 +155,22 @@ def _expect_node(nodes: dict, spec: list, device: torch.device, path: str, input
     if node is None:
         fail(f"{what}: the result has nothing at {path}")
     kind = spec[0]
-    if kind in ("tensor", "param", "watched"):
+    if kind in ("tensor", "param", "watched", "cuda"):
         if node["kind"] != "tensor":
             fail(f"{what}: {path} was a tensor, but came back as {_kind_name(node)}")
         dtype = spec[2] if kind == "tensor" and len(spec) > 2 else "float32"
         if node["device"] != str(device):
-            fail(f"{what}: {path} is on {node['device']}, expected {device} (move every tensor, however deep)")
+            hint = " (move every tensor, however deep)"
+            if device.type == "cuda" and node["device"].startswith("cuda"):
+                hint = (f" (move it to the device you are given, {device}, index and all: .cuda() and 'cuda' mean "
+                        "the current GPU)")
+            fail(f"{what}: {path} is on {node['device']}, expected {device}{hint}")
         if node["shape"] != list(spec[1]) or node["dtype"] != dtype:
             fail(f"{what}: {path} came back with shape {tuple(node['shape'])} and dtype {node['dtype']}, but the "
                  f"input was {dtype} of shape {tuple(spec[1])}: move it, change nothing else")
-        if device.type == "cpu" and node["input"] != path:
-            fail(f"{what}: {path} was already on the cpu, yet came back as a new tensor; .to(device) returns the "
+        there = torch.device("cuda", spec[2]) if kind == "cuda" else torch.device("cpu")
+        if device == there and node["input"] != path:
+            fail(f"{what}: {path} was already on {there}, yet came back as a new tensor; .to(device) returns the "
                  "same tensor object when nothing has to move (no copy, no memory)")
         if "values" in node and path in inputs and not torch.equal(node["values"], inputs[path]):
             fail(f"{what}: {path} came back with other values than it had")
@@ -218,8 +225,8 @@ def flat_spec(spec: list) -> list:
     def walk(s: list, parent, key) -> None:
         nid, kind = len(records), s[0]
         arg = {"tensor": lambda: [list(s[1]), s[2] if len(s) > 2 else "float32"], "value": lambda: s[1],
-               "namedtuple": lambda: [s[1], list(s[2])]}.get(kind, lambda: list(s[1]) if kind in (
-                   "param", "watched", "numpy") else None)()
+               "namedtuple": lambda: [s[1], list(s[2])], "cuda": lambda: [list(s[1]), s[2]]}.get(
+                   kind, lambda: list(s[1]) if kind in ("param", "watched", "numpy") else None)()
         records.append([nid, parent, key, kind, arg])
         if kind in ("list", "tuple"):
             for i, child in enumerate(s[1]):
@@ -318,7 +325,36 @@ def passes_non_blocking_on(to_device):
     expect_non_blocking(out, False, 2, "to_device(batch, 'meta') (non_blocking left to its default, False)")
 
 
+GPU_BATCH = ["dict", [["x", tensor(2, 3)], ["on_gpu", ["cuda", [4], 1]],
+                      ["rest", ["list", [tensor(3, dtype="int64"),
+                                         ["tuple", [tensor(1, dtype="bool"), ["value", 7]]]]]]]]
+
+
+def expect_to_gpu(to_device, spec: list, device, count: int, what: str, non_blocking=None, seed: int = 0) -> dict:
+    out = run_scenario(scenarios.move_to_gpu, to_device, flat_spec(spec), device, non_blocking, seed, count)
+    expect_moved(out, spec, device, what)
+    return out
+
+
+@TO_DEVICE.check
+def to_a_simulated_gpu(to_device):
+    """on a machine with 4 GPUs (simulated): every tensor to cuda:1 (one is there already), to cuda:2, non_blocking on"""
+    what = "to_device(batch, 'cuda:1', non_blocking=True) on a machine with 4 GPUs"
+    out = expect_to_gpu(to_device, GPU_BATCH, "cuda:1", 4, what, non_blocking=True)
+    expect_non_blocking(out, True, 3, what)
+    what = "to_device(batch, torch.device('cuda', 2)) on a machine with 4 GPUs"
+    out = expect_to_gpu(to_device, GPU_BATCH, torch.device("cuda", 2), 4, what)
+    expect_non_blocking(out, False, 4, what + " (non_blocking left to its default, False)")
+
+
 # ---------------------------------------------------------------- time_fn
+# The checks run time_fn on a simulated clock (scenarios.gpu._Clock): each call of fn takes exactly the
+# milliseconds the check gives it, so the right answer is the median to the nanosecond, whatever the load, and
+# each wrong one lands on a value the check can name (the mean, the fastest call, the warm-up included, the
+# launches only). One check runs on the real clock with a band wide enough for any load.
+
+EXACT = 0.01  # relative tolerance on the simulated clock: a correct answer is off by nanoseconds
+
 
 def seconds_of(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -328,40 +364,53 @@ def seconds_of(value, what: str) -> float:
     return value
 
 
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _near(got: float, want: float) -> bool:
+    return abs(got - want) <= EXACT * abs(want)
+
+
+def _timing_mistake(got: float, timed: list[float], warm: list[float], gpu: bool) -> str:
+    """What a time_fn that returned `got` seconds for calls of `timed` seconds (after `warm` ones) most likely did."""
+    median = _median(timed)
+    if gpu and got < 0.05 * min(timed):
+        return ("the host's clock only saw the launches: on the (simulated) GPU fn only queues its work. Wait for "
+                "the GPU before reading the clock (torch.cuda.synchronize()) or time with CUDA events")
+    named = [(median * 1e3, "that is the median in milliseconds; return seconds, not milliseconds"),
+             (median * 1e6, "that is the median in microseconds; return seconds"),
+             (median * 1e9, "that is the median in nanoseconds; return seconds"),
+             (sum(timed) / len(timed), "that is the mean: take the median"),
+             (min(timed), "that is the fastest call: take the median"),
+             (max(timed), "that is the slowest call: take the median"),
+             (sum(timed), "that is the total of the timed calls: take the median of each call's time")]
+    if warm:
+        named += [(_median(warm + timed), "are the warm-up calls in it? time only the reps calls after them"),
+                  (_median(timed[:-1] + warm[-1:]), "one call too early: the last warm-up call is timed, the last "
+                                                    "timed call is not"),
+                  ((sum(warm) + sum(timed)) / (len(warm) + len(timed)), "that is the mean of every call, warm-up "
+                                                                       "included: take the median of the timed ones")]
+    for value, mistake in named:
+        if value != median and _near(got, value):
+            return mistake
+    if got < 0.05 * min(timed):
+        return ("far less than the fastest call: does your clock see fn's work? time with time.perf_counter() "
+                "(the check simulates it), in seconds")
+    return ""
+
+
 def expect_median(out: dict, timed_ms: list[float], warmup_ms: list[float], what: str, gpu: bool = False) -> None:
-    """time_fn called fn warmup + reps times and returned about the median of the timed calls."""
+    """time_fn called fn warmup + reps times and returned the median of the timed calls, on the simulated clock."""
     expect_calls(out, len(warmup_ms) + len(timed_ms), what)
     got = seconds_of(out["seconds"], what)
-    ordered = sorted(timed_ms)
-    n = len(ordered)
-    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2 / 1e3
-    # Sleeps and simulated work last at least their time; the upper bound is the timed calls' spans (what a
-    # correct timer could have measured, a busy machine's pauses included), so one late wake-up or pause
-    # widens it only if it lands in the middle of the order.
-    spans = sorted(out["spans"][len(warmup_ms):])
-    lo, hi = 0.7 * ordered[(n - 1) // 2] / 1e3, 1.15 * spans[n // 2] + 0.002
-    if lo <= got <= hi:
+    timed, warm = [ms / 1e3 for ms in timed_ms], [ms / 1e3 for ms in warmup_ms]
+    median = _median(timed)
+    if _near(got, median):
         return
-    if lo <= got / 1e3 <= hi:
-        fail(f"{what} returned {got:.3g}: that is the median in milliseconds; return seconds, not milliseconds")
-    mean = sum(timed_ms) / n / 1e3
-    if got < 0.2 * min(timed_ms) / 1e3:
-        if gpu:
-            fail(f"{what} returned {got * 1e6:.1f} µs, but each call's work takes {min(timed_ms):g} ms or more on the "
-                 "(simulated) GPU: the host's clock only saw the launches. Wait for the GPU before reading the "
-                 "clock (torch.cuda.synchronize()) or time with CUDA events")
-        fail(f"{what} returned {got:.3g}, far less than the fastest call ({min(timed_ms) / 1e3:g} s); "
-             "return seconds (not milliseconds or nanoseconds), timing the calls themselves")
-    if got > 100 * max(timed_ms + warmup_ms) / 1e3:
-        fail(f"{what} returned {got:.3g}: more than any call took; return seconds, not milliseconds")
-    hint = ""
-    if abs(got - mean) < 0.15 * mean:
-        hint = " (that is about the mean: take the median)"
-    elif abs(got - min(timed_ms) / 1e3) < 0.3 * min(timed_ms) / 1e3:
-        hint = " (that is about the fastest call: take the median)"
-    elif warmup_ms and got > hi:
-        hint = " (are the warm-up calls in it? time only the reps calls after them)"
-    fail(f"{what} returned {got * 1e3:.2f} ms, but the median of the timed calls is {median * 1e3:.2f} ms{hint}")
+    mistake = _timing_mistake(got, timed, warm, gpu)
+    fail(f"{what} returned {got:.6g} s, but the median of the timed calls is {median:.6g} s"
+         + (f": {mistake}" if mistake else ""))
 
 
 def expect_calls(out: dict, want: int, what: str) -> None:
@@ -369,98 +418,145 @@ def expect_calls(out: dict, want: int, what: str) -> None:
                                  "times")
 
 
+def time_calls(time_fn, warmup_ms: list, timed_ms: list, warmup, reps, machine: str, clock: str = "simulated") -> dict:
+    return run_scenario(scenarios.time_calls, time_fn, warmup_ms, timed_ms, warmup, reps, machine, clock)
+
+
 @TIME_FN.check
 def calls_fn_warmup_plus_reps_times(time_fn):
     """time_fn(fn, warmup=2, reps=5) calls fn exactly 7 times; time_fn(fn), with the defaults 3 and 10, 13 times"""
-    out = run_scenario(scenarios.time_calls, time_fn, [1, 1], [1] * 5, 2, 5, "cpu")
+    out = time_calls(time_fn, [1, 1], [1] * 5, 2, 5, "cpu")
     expect_calls(out, 7, "time_fn(fn, warmup=2, reps=5)")
     seconds_of(out["seconds"], "time_fn(fn, warmup=2, reps=5)")
-    out = run_scenario(scenarios.time_calls, time_fn, [1, 1, 1], [1] * 10, None, None, "cpu")
+    out = time_calls(time_fn, [1, 1, 1], [1] * 10, None, None, "cpu")
     expect_calls(out, 13, "time_fn(fn) (warmup=3 and reps=10 by default)")
 
 
 @TIME_FN.check
 def median_of_the_timed_calls(time_fn):
-    """the median of the timed calls (not the mean, not the fastest), warm-up calls left out"""
-    # milliseconds; sorted: 5 5 5 30 300 300 300. The mean (135) lies far above the median's upper bound (1.15 x
-    # the spans' median + 2 ms: 36.5 ms on an idle machine); a mean passes only if the machine pauses the 30 ms
-    # call by 98 ms or more (a 5 ms one by 126 ms), not if it pauses the process at any other point.
-    timed = [5, 300, 30, 5, 300, 5, 300]
-    warm = [100, 100, 100]  # with them, the median (100) is neither the timed calls' median nor their mean
-    out = run_scenario(scenarios.time_calls, time_fn, warm, timed, 3, 7, "cpu")
-    what = "time_fn(fn, warmup=3, reps=7) where the timed calls take 5, 300, 30, 5, 300, 5, 300 ms"
-    expect_median(out, timed, warm, what)
+    """the median of the timed calls (not the mean, not the fastest), warm-up calls left out (a simulated clock)"""
+    # milliseconds; sorted: 5 5 5 30 300 300 300: median 30, mean 135, fastest 5; with the warm-up calls in, 80;
+    # shifted by one call (the last warm-up timed, the last timed call not), 60
+    timed, warm = [300, 5, 30, 300, 5, 300, 5], [100, 100, 60]
+    out = time_calls(time_fn, warm, timed, 3, 7, "cpu")
+    expect_median(out, timed, warm, "time_fn(fn, warmup=3, reps=7) where the timed calls take 300, 5, 30, 300, 5, 300, "
+                                    "5 ms")
 
 
 @TIME_FN.check
 def waits_for_the_gpu(time_fn):
     """on a (simulated) GPU, fn only launches its work: time_fn must wait for it (synchronize or CUDA events)"""
-    timed = [20] * 5
-    out = run_scenario(scenarios.time_calls, time_fn, [30, 30], timed, 2, 5, "gpu")
-    what = "time_fn(fn, warmup=2, reps=5) on a simulated GPU where each call launches 20 ms of work"
-    expect_median(out, timed, [30, 30], what, gpu=True)
+    timed, warm = [20, 40, 20, 40, 40], [30, 30]
+    out = time_calls(time_fn, warm, timed, 2, 5, "gpu")
+    expect_median(out, timed, warm, "time_fn(fn, warmup=2, reps=5) on a simulated GPU where each call launches "
+                                    "20 or 40 ms of work", gpu=True)
+
+
+REAL_MS = 12  # each call of the real-clock check sleeps this long (a check sleeps at most 50 ms at a time)
+
+
+@TIME_FN.check
+def on_the_real_clock(time_fn):
+    """on the machine's own clock (fn sleeps 12 ms): seconds, about 12 ms, whatever the machine's load"""
+    timed = [REAL_MS] * 5
+    out = time_calls(time_fn, [REAL_MS], timed, 1, 5, "cpu", "real")
+    what = f"time_fn(fn, warmup=1, reps=5) where fn sleeps {REAL_MS} ms"
+    expect_calls(out, 6, what)
+    got = seconds_of(out["seconds"], what)
+    # A sleep lasts at least its time; a busy machine only lengthens the calls, and every correct timing of a call
+    # lies within its span (scenarios.gpu._spans), so the band is wide and its top moves with the load.
+    lo, hi = 0.5 * REAL_MS / 1e3, 2 * _median(out["spans"][1:]) + 0.005
+    if lo <= got <= hi:
+        return
+    mistake = next((m for scale, m in ((1e3, "milliseconds"), (1e6, "microseconds"), (1e9, "nanoseconds"))
+                    if lo <= got / scale <= hi), None)
+    fail(f"{what} returned {got:.3g}, but each call takes about {REAL_MS / 1e3:g} s"
+         + (f": that is {mistake}; return seconds" if mistake else ""))
 
 
 # ---------------------------------------------------------------- transfer_bandwidth
+# The checks run transfer_bandwidth on a simulated machine and clock (scenarios.gpu._Machine): a copy of n bytes
+# takes exactly n / rate seconds, allocating or filling memory costs what writing it costs, a copy from pinned
+# memory to a simulated GPU is queued (the host goes on) and one from pageable memory makes the host wait. So the
+# right answer is the rate the check set, and each mistake is off by a factor the check names. One check times
+# a real copy on the real clock, with a band wide enough for any load.
 
 MiB = 2**20
+RATES = dict(host_rate=20e9, pinned_rate=48e9, pageable_rate=12e9, device_rate=3e12)  # bytes/s, simulated
 
 
-def bandwidth_calls(transfer_bandwidth, nbytes: int, pinned: bool, device, what: str) -> tuple[list[float], list[float]]:
-    """What the calls returned (each a positive number) and the plain copies' seconds timed beside them."""
-    out = run_scenario(scenarios.bandwidth, transfer_bandwidth, nbytes, pinned, device)
-    for value in out["bandwidth"]:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            fail(f"{what} returned {describe(value)}; return bytes per second as a Python float")
-        if not float(value) > 0:  # NaN too
-            fail(f"{what} returned {float(value)}; a bandwidth is positive")
-    return [float(v) for v in out["bandwidth"]], out["reference_seconds"]
+def bandwidth_of(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fail(f"{what} returned {describe(value)}; return bytes per second as a Python float")
+    if not float(value) > 0 or float(value) == float("inf"):  # NaN too
+        fail(f"{what} returned {float(value)}; a bandwidth is positive and finite")
+    return float(value)
 
 
-FASTEST = 4  # how many times a plain copy's best speed a call may claim (a block timer's copies stay in cache)
+def _rate(pinned: bool, device, gpus: int, rates: dict) -> tuple[float, str]:
+    """The simulated rate a correct answer measures, and its name."""
+    if gpus and torch.device(device).type == "cuda":
+        return (rates["pinned_rate"], "from pinned memory") if pinned else (rates["pageable_rate"],
+                                                                           "from pageable memory")
+    return rates["host_rate"], "host to host"
 
 
-def expect_bandwidth(transfer_bandwidth, nbytes: int, pinned: bool, device, what: str) -> float:
-    values, reference = bandwidth_calls(transfer_bandwidth, nbytes, pinned, device, what)
-    # A busy machine can slow all three calls of a wrong answer (bits per second: 8x) into the accepted range,
-    # never speed one up: while the best call claims more than half the most it may, call it again.
-    for _ in range(2):
-        if not FASTEST / 2 < max(values) / (nbytes / min(reference)) <= FASTEST:
-            break
-        more, beside = bandwidth_calls(transfer_bandwidth, nbytes, pinned, device, what)
-        values, reference = values + more, reference + beside
-    value = max(values)  # its best call: load only ever slows a copy down
-    slow, fast = max(reference), min(reference)  # plain copies timed beside it
-    lo, hi = nbytes / slow / 8, FASTEST * nbytes / fast
-    if value < lo:
-        ratio = nbytes / slow / value
-        if value < 1e3:
-            hint = " (is that a time, or GB/s? return nbytes / seconds, in bytes per second)"
-        elif 1e2 < ratio < 1e4:
-            hint = " (bytes per millisecond? return bytes per second)"
-        else:
-            hint = " (does the timed part allocate or fill tensors? make them before timing; copy exactly nbytes)"
-        fail(f"{what} returned {value:.3g} bytes/s, but a plain copy of {nbytes} bytes here runs at about "
-             f"{nbytes / slow:.3g} bytes/s{hint}")
-    if value > hi:
-        if 6 < value / (nbytes / fast) < 12:
-            fail(f"{what} returned {value:.3g}, about 8x what a plain copy of {nbytes} bytes here runs at "
-                 f"({nbytes / fast:.3g} bytes/s): bits per second? return bytes per second")
-        fail(f"{what} returned {value:.3g} bytes/s, but a plain copy of {nbytes} bytes here runs at about "
-             f"{nbytes / fast:.3g} bytes/s: copy nbytes bytes (not fewer), count each byte once, and time "
-             "the copy itself")
-    return value
+def _bandwidth_mistake(value: float, want: float, nbytes: int, pinned: bool, gpu: bool, rates: dict) -> str:
+    """What an answer that measured `value` where a correct one measures `want` most likely did."""
+    ratio = value / want
+    if value < 1e3:
+        return "is that a time, or GB/s? return nbytes / seconds, in bytes per second"
+    for k, mistake in ((8, "bits per second? return bytes per second"),
+                       (2, "each byte counted twice: a copy of nbytes bytes moves nbytes (count them once)"),
+                       (1e-3, "bytes per millisecond? return bytes per second"),
+                       (1e-9, "is that GB/s? return bytes per second")):
+        if _near(ratio, k):
+            return mistake
+    if gpu and pinned and _near(value, rates["pageable_rate"]):
+        return ("that is the rate from pageable memory: with pinned=True on a GPU, copy from pinned memory "
+                "(pin_memory=True, or .pin_memory())")
+    if gpu and not pinned and _near(value, rates["pinned_rate"]):
+        return "that is the rate from pinned memory: with pinned=False, copy from ordinary (pageable) memory"
+    if gpu and ratio > 2:  # the host's clock saw the launch, or a clock that does not count waiting was read
+        return ("the copy had not finished when your clock was read: a copy from pinned memory with "
+                "non_blocking=True only queues the work; wait for the GPU (torch.cuda.synchronize() or CUDA "
+                "events: your time_fn does), on a clock that counts the wait (time.perf_counter)")
+    if _near(ratio, nbytes / MiB) and nbytes != MiB:
+        return "copy nbytes bytes (not fewer): the check times a copy of exactly nbytes"
+    if ratio < 1 and gpu:
+        return ("slower than the copy: is the source pinned when pinned is true, and does the timed part make or "
+                "fill tensors? make src and dst before timing, and time only dst.copy_(src, non_blocking=...)")
+    if ratio < 1:
+        return ("does the timed part allocate or fill tensors? new memory and filling it cost time too: make src "
+                "and dst before timing, and time only dst.copy_(src)")
+    hint = factor_hint(value, want).removeprefix("; ")
+    return hint or ("faster than the copy runs: count each byte once (nbytes / seconds), time the whole copy, and "
+                    "read a clock the check simulates (time.perf_counter, CUDA events, your time_fn)")
+
+
+def expect_bandwidth(transfer_bandwidth, nbytes: int, pinned: bool, device, what: str, gpus: int = 0,
+                     rates: dict | None = None) -> float:
+    """transfer_bandwidth on a simulated machine with `gpus` GPUs (0: a CPU-only one) measures the rate it set."""
+    rates = rates or RATES
+    out = run_scenario(scenarios.bandwidth, transfer_bandwidth, nbytes, pinned, device, gpus, rates)
+    value = bandwidth_of(out["bandwidth"], what)
+    want, kind = _rate(pinned, device, gpus, rates)
+    if _near(value, want):
+        return value
+    mistake = _bandwidth_mistake(value, want, nbytes, pinned, gpus > 0 and torch.device(device).type == "cuda", rates)
+    fail(f"{what} returned {value:.4g} bytes/s, but the simulated copy ({kind}) runs at {want:.4g} bytes/s"
+         + (f": {mistake}" if mistake else ""))
 
 
 @TRANSFER_BANDWIDTH.check
 def bytes_per_second_on_cpu(transfer_bandwidth):
-    """on a CPU, a host-to-host copy of 32 MiB: a bandwidth in bytes/s close to a plain copy's"""
+    """on a CPU-only machine (simulated, copies at 20 GB/s), a host-to-host copy of 32 MiB: 20e9 bytes/s"""
     expect_bandwidth(transfer_bandwidth, 32 * MiB, False, "cpu", "transfer_bandwidth(32 MiB, False, 'cpu')")
 
 
 @TRANSFER_BANDWIDTH.check
 def copies_nbytes(transfer_bandwidth):
-    """the copy has nbytes bytes: 1 MiB and 16 MiB each match a plain copy of their own size; device a torch.device too"""
+    """the copy has nbytes bytes: 1 MiB and 16 MiB each give the copy's rate; device a torch.device too"""
     expect_bandwidth(transfer_bandwidth, MiB, False, "cpu", "transfer_bandwidth(1 MiB, False, 'cpu')")
     expect_bandwidth(transfer_bandwidth, 16 * MiB, False, torch.device("cpu"),
                      "transfer_bandwidth(16 MiB, False, torch.device('cpu'))")
@@ -474,10 +570,39 @@ def pinned_is_ignored_without_cuda(transfer_bandwidth):
 
 
 @TRANSFER_BANDWIDTH.check
+def pinned_and_pageable_on_a_gpu(transfer_bandwidth):
+    """on a simulated GPU: from pinned memory 48e9 bytes/s (a queued copy: wait for it), from pageable 12e9"""
+    for pinned in (True, False):
+        expect_bandwidth(transfer_bandwidth, 16 * MiB, pinned, "cuda", f"transfer_bandwidth(16 MiB, {pinned}, "
+                         "'cuda') on a simulated GPU", gpus=1)
+
+
+@TRANSFER_BANDWIDTH.check
 def rejects_empty_transfers(transfer_bandwidth):
     """nbytes < 1 raises ValueError"""
     expect_raises(ValueError, lambda: run_scenario(scenarios.bandwidth_error, transfer_bandwidth, 0, False, "cpu"),
                   "transfer_bandwidth(0, False, 'cpu')")
+
+
+REAL_BAND = 50  # the real-clock check accepts 1/50 of a plain copy's median speed to 50 times its best
+
+
+@TRANSFER_BANDWIDTH.check
+def on_the_real_clock(transfer_bandwidth):
+    """a real 8 MiB copy on this machine's own clock: within a factor of 50 of plain copies timed beside it"""
+    nbytes, what = 8 * MiB, "transfer_bandwidth(8 MiB, False, 'cpu') on the real clock"
+    out = run_scenario(scenarios.bandwidth_on_the_real_clock, transfer_bandwidth, nbytes, False, "cpu")
+    value = max(bandwidth_of(v, what) for v in out["bandwidth"])  # its best call: a busy machine only slows it
+    median, fast = nbytes / _median(out["reference_seconds"]), nbytes / min(out["reference_seconds"])
+    if median / REAL_BAND <= value <= fast * REAL_BAND:
+        return
+    hint = ""
+    if value < 1e3:
+        hint = ": is that a time, or GB/s? return nbytes / seconds, in bytes per second"
+    elif median / REAL_BAND <= value * 1e3 <= fast * REAL_BAND:
+        hint = ": bytes per millisecond? return bytes per second"
+    fail(f"{what} returned {value:.3g} bytes/s, but plain copies of 8 MiB here ran at {median:.3g} bytes/s (median) "
+         f"and {fast:.3g} at best{hint}")
 
 
 # ---------------------------------------------------------------- memory_delta
@@ -511,16 +636,21 @@ def _delta_hint(case: str, got: int, nbytes: int) -> str:
 SIMULATED = dict(allocated=2**30, peak=3 * 2**30, cached=8 * MiB)  # the allocator's state before fn runs
 
 
-def expect_delta_gpu(memory_delta, case: str, nbytes: int, want: int, what: str, device="cuda") -> None:
+def expect_delta_gpu(memory_delta, case: str, nbytes: int, want: int, what: str, device="cuda", count: int = 1,
+                     on: int = 0) -> None:
+    """memory_delta(fn, device) on `count` simulated GPUs, fn allocating on GPU `on`, returns `want`."""
     out = run_scenario(scenarios.held_on_gpu, memory_delta, case, nbytes, device, SIMULATED["allocated"],
-                       SIMULATED["peak"], SIMULATED["cached"])
+                       SIMULATED["peak"], SIMULATED["cached"], count, on)
     got = delta_of(out["delta"], what)
     if got != want:
         hint = _delta_hint(case, got, nbytes)
+        if got == 0 and on != 0 and want:
+            hint = (f" (fn allocated on cuda:{on}, and torch.cuda.memory_allocated() without a device reads the "
+                    "current GPU, cuda:0: pass the device on)")
         if got >= SIMULATED["allocated"]:
             hint = (" (that counts what was allocated before fn ran, or the peak of earlier work: "
                     "subtract torch.cuda.memory_allocated() from before the call)")
-        elif got == 0 and case == "keep":
+        elif got == 0 and case == "keep" and on == 0:
             hint = (" (torch.cuda.memory_reserved counts the allocator's cache, which had room; "
                     "use torch.cuda.memory_allocated)")
         if not hint and want:
@@ -555,3 +685,10 @@ def cuda_counters(memory_delta):
     expect_delta_gpu(memory_delta, "temporary", 2 * MiB, 2 * MiB,
                      f"memory_delta(fn, 'cuda') {where}, fn keeps 2 MiB and frees an 8 MiB temporary")
     expect_delta_gpu(memory_delta, "return", 2 * MiB, 0, f"memory_delta(fn, 'cuda') {where}, fn returns 2 MiB")
+
+
+@MEMORY_DELTA.check
+def on_the_gpu_it_names(memory_delta):
+    """on 4 simulated GPUs: fn keeps 2 MiB on cuda:2, so memory_delta(fn, 'cuda:2') is 2 MiB (cuda:0's counter: 0)"""
+    expect_delta_gpu(memory_delta, "keep", 2 * MiB, 2 * MiB, "memory_delta(fn, 'cuda:2') on 4 simulated GPUs, fn keeps "
+                                                             "2 MiB on cuda:2", device="cuda:2", count=4, on=2)

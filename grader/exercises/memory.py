@@ -2,17 +2,31 @@
 
 activation_bytes is checked against torch's own record of what autograd saves (`saved_tensors_hooks`, bound at
 import) on real blocks built here (`_MLP`, `_Block`), whose saved tensors are also sorted into parts, so a wrong
-count can be told which part went wrong.
+count can be told which part went wrong; for CUDA's rule, on the GPU where there is one, else the CPU's record with
+the LayerNorm statistics in the dtype CUDA keeps them in (STATS_DTYPE), so a grade is the same on any machine.
+training_peak_bytes is checked against a real mixed-precision training step of a GPT built here (`_GPT`), measured with
+grader.course.memtrack; kv_cache_bytes against the cache a real decoder (`_CachedDecoder`) holds after generating.
+
+Counting is arithmetic on sizes: each byte-counting exercise that takes sizes is also asked about sizes whose tensors
+could not exist, not even on the meta device (more than 2**63 bytes), so building or running a model cannot pass; a
+formula can.
 """
 from __future__ import annotations
 
 import math
+import weakref
+from contextlib import contextmanager as _contextmanager
+from contextlib import nullcontext as _nullcontext
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint as _torch_checkpoint
 
-from grader.expect import (call, describe, expect, expect_equal, expect_raises, expect_tensor, expect_tensor_like,
-                           expect_type, factor_hint, fail)
+from grader.course.memtrack import track_memory as _track_memory
+from grader.expect import (CheckFailure, call, describe, expect, expect_equal, expect_raises, expect_tensor,
+                           expect_tensor_like, expect_type, factor_hint, fail)
 from grader.inputs import randint
 from grader.registry import exercise
 from grader.scenario import run_scenario
@@ -23,12 +37,15 @@ TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1)
 COMPACT = exercise("memory.compact", points=2)
 TRAINING_MEMORY = exercise("memory.training_memory", points=2)
 MAX_PARAMS = exercise("memory.max_params", points=1)
-# Recording the saved tensors of a real block is the shortcut (and cannot reach the sizes of the hidden checks):
-# refused while the student's function runs, under any name.
+# Recording the saved tensors of a real block is the shortcut (and cannot reach the sizes no tensor can hold):
+# refused while the student's function runs, under any name, the C function the context manager calls included.
 ACTIVATION_BYTES = exercise("memory.activation_bytes", points=3,
                             forbid=("torch.autograd.graph.saved_tensors_hooks.__enter__",
-                                    "torch.autograd.graph.saved_tensors_hooks"))
+                                    "torch.autograd.graph.saved_tensors_hooks",
+                                    "torch._C._autograd._push_saved_tensors_default_hooks"))
 GET_BATCH = exercise("memory.get_batch", points=3)
+TRAINING_PEAK_BYTES = exercise("memory.training_peak_bytes", points=3)
+KV_CACHE_BYTES = exercise("memory.kv_cache_bytes", points=2)
 
 # Bytes per element of every dtype, from the formats' definitions (literals: the check computes nothing the
 # exercise asks for).
@@ -37,6 +54,31 @@ ELEMENT_BYTES = {torch.float64: 8, torch.float32: 4, torch.float16: 2, torch.bfl
                  torch.complex128: 16, torch.float8_e4m3fn: 1, torch.float8_e5m2: 1}
 STATES = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
 KEYS = ("params", "grads", "optimizer_state", "activations", "total")
+
+
+def expect_int(value, what: str) -> int:
+    """A byte count is a Python int: not a float, a NumPy integer or a tensor."""
+    if type(value) is not int:
+        fail(f"{what} should be a Python int, got {describe(value)}")
+    return value
+
+
+def at_sizes_no_tensor_can_hold(fn, name: str):
+    """The student's `fn`, called at sizes whose tensors would hold more than 2**63 elements or bytes: an error there
+    means the code built tensors (a model run, on the meta device or not) instead of doing arithmetic on the sizes,
+    and the failure says so."""
+    def called(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (NotImplementedError, CheckFailure, TypeError):  # a stub, a refused call, a call it cannot take
+            raise
+        except Exception as e:
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+            fail(f"{name}({shown}) raised {type(e).__name__}: {first[:120]}. A tensor of these sizes would take more "
+                 "than 2**63 bytes, which no tensor can, not even on the meta device. A count is arithmetic on the "
+                 "sizes: compute it instead of building or running a model")
+    return called
 
 
 # ---------------------------------------------------------------- get_memory_usage
@@ -99,6 +141,17 @@ def without_allocating(tensor_nbytes):
     """(10**6, 10**6) float32 is 4 TB and (10**9, 10**9) int64 8 EB: computed, never allocated"""
     expect_nbytes(tensor_nbytes, (1_000_000, 1_000_000), torch.float32, 4 * 10**12)
     expect_nbytes(tensor_nbytes, (10**9, 10**9), torch.int64, 8 * 10**18)
+
+
+@TENSOR_NBYTES.check
+def more_bytes_than_int64_holds(tensor_nbytes):
+    """(2**32, 2**32) int64 is 2**67 bytes and (3 * 10**9, 3 * 10**9) float32 36 * 10**18: exact Python ints
+
+    Past 2**63 bytes no tensor can exist, not even on the meta device, and int64 arithmetic (NumPy's, a torch.Size's
+    numel()) wraps around; Python's ints do not."""
+    tensor_nbytes = at_sizes_no_tensor_can_hold(tensor_nbytes, "tensor_nbytes")
+    expect_nbytes(tensor_nbytes, (2**32, 2**32), torch.int64, 2**67)
+    expect_nbytes(tensor_nbytes, [3 * 10**9, 3 * 10**9], torch.float32, 36 * 10**18)
 
 
 @TENSOR_NBYTES.check
@@ -332,6 +385,31 @@ def each_row_its_own_start(get_batch):
     expect_own_starts(get_batch, 3000, 6, 4, 4, 8)
 
 
+def expect_uniform_starts(get_batch, seed: int) -> None:
+    """800 rows from 20 tokens with context 4: none of the 16 starts turns up 100 times, where each expects 50.
+
+    A uniform draw reaches 100 with probability below 1e-9 over all 16 starts (binomial tail); a draw clamped to the
+    last start (randint(0, len(data)).clamp(max=...)) puts a quarter of all rows there, about 200."""
+    tokens = list(range(20))
+    what = "get_batch(memmap of 20 tokens, 8, 4, 'cpu')"
+    out = run_scenario(scenarios.batches, get_batch, tokens, 8, 4, 100, seed)
+    expect_batches(out, tokens, 8, 4, what)
+    counts = [0] * 16
+    for x, _ in out:
+        for start in x[:, 0].tolist():
+            counts[start] += 1
+    worst = max(range(16), key=counts.__getitem__)
+    expect(counts[worst] < 100, f"{what}: in 800 rows, start {worst} came up {counts[worst]} times, where each of the "
+                                "16 starts should come up about 50: starts must be uniform (a start clamped into range "
+                                "piles the clamped draws onto the last one)")
+
+
+@GET_BATCH.check
+def starts_are_uniform(get_batch):
+    """every start is equally likely: none of 16 starts comes up 100 times in 800 rows (about 50 each)"""
+    expect_uniform_starts(get_batch, 11)
+
+
 def expect_reads_little(get_batch, batch_size: int, context_length: int, seed: int) -> None:
     """One get_batch call on a memmap of 2**23 tokens touches under a quarter of the file's pages and copies
     under a quarter of its bytes (a batch needs a page or two per window)."""
@@ -354,7 +432,19 @@ def expect_reads_little(get_batch, batch_size: int, context_length: int, seed: i
 _SavedHooks = torch.autograd.graph.saved_tensors_hooks  # torch's record of what the forward pass saves: the oracle
 _Module, _Linear, _LayerNorm, _GELU, _Sequential = nn.Module, nn.Linear, nn.LayerNorm, nn.GELU, nn.Sequential
 _ones, _randn, _bool, _manual_seed = torch.ones, torch.randn, torch.bool, torch.manual_seed
+_cuda_available = torch.cuda.is_available
 _sqrt = math.sqrt
+_LAYER_NORM_NODE = "NativeLayerNormBackward0"  # the autograd node of LayerNorm, which saves its statistics
+
+# The dtype a LayerNorm's saved mean and 1/std have, by the device whose kernel ran: on the CPU the input's dtype; on
+# CUDA the kernel's accumulate type, float32 for 16-bit inputs (aten/src/ATen/native/cuda/layer_norm_kernel.cu;
+# torch._refs.native_layer_norm says the same, and keeps the input's dtype only on the CPU). Literals:
+# tests/test_memory_answers.py checks them against that reference on a fake CUDA device, and on a GPU the public
+# check below compares against real CUDA hooks. Issue 27 recorded it on an H200: two (4, 8, 1) float32 tensors.
+STATS_DTYPE = {"cpu": {torch.float16: torch.float16, torch.bfloat16: torch.bfloat16, torch.float32: torch.float32,
+                       torch.float64: torch.float64},
+               "cuda": {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float32,
+                        torch.float64: torch.float64}}
 
 
 class _MLP(_Module):
@@ -397,15 +487,23 @@ class _Block(_Module):
         return x + self.mlp(self.ln2(x))
 
 
-def saved_bytes(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, dtype: torch.dtype, *,
-                fused: bool = False) -> dict[str, int]:
-    """What autograd saves for backward in one forward pass of the real block on a (batch, seq, d_model) input that
-    requires grad: bytes of every distinct storage saved, parameters left out (they are in memory anyway). Also
-    sorted into parts for the hints: the 1-byte bool mask, the softmax outputs (the only (.., seq, seq) float
-    tensors), the LayerNorms' per-token statistics (last dimension 1), and the rest."""
-    _manual_seed(0)
-    model = _MLP(d_model, d_ff, dtype) if block == "mlp" else _Block(d_model, n_heads, d_ff, dtype, fused)
-    x = _randn(batch, seq, d_model).to(dtype).requires_grad_()
+def _stats_storages(out: torch.Tensor) -> set[int]:
+    """Storages of the LayerNorm statistics (mean and 1/std) the graph behind `out` saved, found by their node."""
+    found, seen, todo = set(), set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__ == _LAYER_NORM_NODE:
+            found |= {stat.untyped_storage().data_ptr() for stat in (node._saved_result1, node._saved_result2)}
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+def recorded(model: torch.nn.Module, x: torch.Tensor) -> tuple[dict, set[int]]:
+    """What autograd saves for backward while `model(x)` runs: {storage: (bytes, shape, dtype)} for every distinct
+    storage saved, parameters left out (in memory anyway), and the storages of the LayerNorm statistics among them."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, tuple[int, tuple[int, ...], torch.dtype]] = {}
 
@@ -416,25 +514,68 @@ def saved_bytes(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_
         return t
 
     with _SavedHooks(pack, lambda t: t):
-        model(x)
-    parts = {"total": 0, "mask": 0, "softmax": 0, "stats": 0}
-    for nbytes, shape, kind in saved.values():
-        parts["total"] += nbytes
-        if kind == _bool:
+        out = model(x)
+    return saved, _stats_storages(out)
+
+
+def saved_bytes(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, dtype: torch.dtype,
+                device: str = "cpu", *, fused: bool = False) -> dict[str, int]:
+    """What autograd saves for backward in one forward pass of the real block on a (batch, seq, d_model) input that
+    requires grad, by the rule of `device`'s kernels: bytes of every distinct storage saved, parameters left out
+    (they are in memory anyway). Also sorted into parts for the hints: the 1-byte bool mask, the softmax outputs (the
+    only (.., seq, seq) float tensors), the LayerNorms' per-token statistics (and their number of values), the rest.
+
+    The block runs on `device` where this machine has one (a CUDA GPU for "cuda"); a CUDA rule asked for on a machine
+    without one is the CPU's record with the statistics in the dtype CUDA keeps them in (STATS_DTYPE): the same
+    count, whatever machine grades."""
+    _manual_seed(0)
+    model = _MLP(d_model, d_ff, dtype) if block == "mlp" else _Block(d_model, n_heads, d_ff, dtype, fused)
+    x = _randn(batch, seq, d_model).to(dtype)
+    if device == "cuda" and _cuda_available():
+        model, x = model.to("cuda"), x.to("cuda")
+    saved, stats = recorded(model, x.requires_grad_())
+    parts = {"total": 0, "mask": 0, "softmax": 0, "stats": 0, "stats_values": 0}
+    for ptr, (nbytes, shape, kind) in saved.items():
+        if ptr in stats:
+            values = nbytes // ELEMENT_BYTES[kind]
+            parts["stats_values"] += values
+            nbytes = values * ELEMENT_BYTES[STATS_DTYPE[device][dtype]] if x.device.type != device else nbytes
+            parts["stats"] += nbytes
+        elif kind == _bool:
             parts["mask"] += nbytes
         elif block != "mlp" and shape[-2:] == (seq, seq) and \
                 nbytes == batch * n_heads * seq * seq * ELEMENT_BYTES[dtype]:
             parts["softmax"] += nbytes
-        elif block != "mlp" and shape == (batch, seq, 1) and d_model > 1:
-            parts["stats"] += nbytes
+        parts["total"] += nbytes
     return parts
+
+
+def _device_hint(got: int, want: dict[str, int], dtype: torch.dtype, device: str) -> str:
+    """The named mistake of a LayerNorm statistics rule for the wrong device, or ''."""
+    values, stats = want["stats_values"], want["stats"]
+    other = "cpu" if device == "cuda" else "cuda"
+    if not values or STATS_DTYPE[other][dtype] == STATS_DTYPE[device][dtype]:
+        if values and got == want["total"] - stats + 4 * values and stats != 4 * values:
+            return (f" (the LayerNorm statistics of a {str(dtype)[6:]} input are {str(dtype)[6:]} on {device}, "
+                    "not always 4 bytes)")
+        return ""
+    if got != want["total"] - stats + values * ELEMENT_BYTES[STATS_DTYPE[other][dtype]]:
+        return ""
+    if device == "cuda":
+        return (f" (that is the CPU's rule: on CUDA, LayerNorm keeps its mean and 1/std in float32 for a "
+                f"{str(dtype)[6:]} input, 4 bytes per value)")
+    return (f" (that is CUDA's rule: on the CPU, LayerNorm keeps its mean and 1/std in the input's dtype, "
+            f"{ELEMENT_BYTES[dtype]} bytes per value for {str(dtype)[6:]})")
 
 
 def _activation_hint(got: int, want: dict[str, int], args: tuple) -> str:
     """The named mistake a wrong count matches (several shapes are checked, so each mistake shows in one)."""
-    block, b, s, d, h, f, dtype = args
+    block, b, s, d, h, f, dtype, device = args
     size, total = ELEMENT_BYTES[dtype], want["total"]
     tokens = b * s
+    named = _device_hint(got, want, dtype, device)
+    if named:
+        return named
     if block != "mlp" and got == total - want["mask"] + s * s * size:
         return " (the causal mask is bool: 1 byte per entry, whatever the dtype)"
     if got * size == total - want["mask"] + want["mask"] * size or got == (total - want["mask"]) // size + want["mask"]:
@@ -456,7 +597,7 @@ def _activation_hint(got: int, want: dict[str, int], args: tuple) -> str:
     if block != "mlp" and want["mask"] and got == total - want["mask"] + b * h * s * s:
         return " (the mask counted per sequence and head: it is one seq x seq tensor, shared by the batch and heads)"
     if block != "mlp" and got == total - want["stats"]:
-        return " (the LayerNorms' statistics are missing: each keeps a mean and 1/std per token, in the dtype)"
+        return " (the LayerNorms' statistics are missing: each keeps a mean and 1/std per token)"
     weights = 2 * d * f if block == "mlp" else 2 * d * f + 4 * d * d
     everything = weights + d + f if block == "mlp" else weights + d + f + 4 * d + 4 * d
     if got in (total + weights * size, total + everything * size):
@@ -467,41 +608,61 @@ def _activation_hint(got: int, want: dict[str, int], args: tuple) -> str:
     return factor_hint(got, total)
 
 
+def activation_call(args: tuple) -> str:
+    block, b, s, d, h, f, dtype, device = args
+    return f"activation_bytes({block!r}, {b}, {s}, {d}, {h}, {f}, {dtype}, {device!r})"
+
+
 def expect_activation(activation_bytes, args: tuple, want: dict[str, int] | None = None,
                       what_counts: str = "autograd saves") -> None:
-    block, b, s, d, h, f, dtype = args
     want = want or saved_bytes(*args)
-    what = f"activation_bytes({block!r}, {b}, {s}, {d}, {h}, {f}, {dtype})"
-    got = activation_bytes(*args)
-    if type(got) is not int:
-        fail(f"{what} should return a Python int, got {describe(got)}")
+    what = activation_call(args)
+    got = expect_int(activation_bytes(*args), what)
     if got != want["total"]:
         fail(f"{what} returned {got:,}; {what_counts} {want['total']:,} bytes" + _activation_hint(got, want, args))
 
 
 @ACTIVATION_BYTES.check
 def tiny_blocks_by_hand(activation_bytes):
-    """batch 2, seq 5, d_model 6, 3 heads, d_ff 7 in float32: the MLP saves 800 bytes, the block 3,265
+    """batch 2, seq 5, d_model 6, 3 heads, d_ff 7 in float32 on the CPU: the MLP saves 800 bytes, the block 3,265
 
-    The block's 3,265: 2,640 bytes of per-token tensors, 600 of softmax weights and 25 of the bool mask."""
-    expect_activation(activation_bytes, ("mlp", 2, 5, 6, 3, 7, torch.float32),
-                      {"total": 800, "mask": 0, "softmax": 0, "stats": 0}, "by hand it is")
-    expect_activation(activation_bytes, ("transformer", 2, 5, 6, 3, 7, torch.float32),
-                      {"total": 3265, "mask": 25, "softmax": 600, "stats": 160}, "by hand it is")
+    The block's 3,265: 2,480 bytes of per-token tensors, 160 of LayerNorm statistics, 600 of softmax weights and 25 of
+    the bool mask."""
+    expect_activation(activation_bytes, ("mlp", 2, 5, 6, 3, 7, torch.float32, "cpu"),
+                      {"total": 800, "mask": 0, "softmax": 0, "stats": 0, "stats_values": 0}, "by hand it is")
+    expect_activation(activation_bytes, ("transformer", 2, 5, 6, 3, 7, torch.float32, "cpu"),
+                      {"total": 3265, "mask": 25, "softmax": 600, "stats": 160, "stats_values": 40}, "by hand it is")
+
+
+@ACTIVATION_BYTES.check
+def layernorm_statistics_by_device(activation_bytes):
+    """a bfloat16 block saves 1,645 bytes on the CPU and 1,725 on CUDA, whose LayerNorms keep float32 statistics
+
+    On the CPU LayerNorm saves its mean and 1/std in the input's dtype; CUDA's kernel computes them in float32 for
+    16-bit inputs and saves them so: the block's 40 statistics take 160 bytes there. A float64 block keeps them in
+    float64 on both."""
+    for device, total, stats in (("cpu", 1645, 80), ("cuda", 1725, 160)):
+        expect_activation(activation_bytes, ("transformer", 2, 5, 6, 3, 7, torch.bfloat16, device),
+                          {"total": total, "mask": 25, "softmax": 300, "stats": stats, "stats_values": 40},
+                          "by hand it is")
+    expect_activation(activation_bytes, ("transformer", 2, 5, 6, 3, 7, torch.float64, "cuda"),
+                      {"total": 6505, "mask": 25, "softmax": 1200, "stats": 320, "stats_values": 40}, "by hand it is")
 
 
 @ACTIVATION_BYTES.check
 def agrees_with_saved_tensors_hooks(activation_bytes):
-    """real blocks built here, float32 and bfloat16, against what saved_tensors_hooks records
+    """real blocks in float32 and bfloat16 against what saved_tensors_hooks records, by the CPU's rule and CUDA's
 
-    Fused or separate Q, K, V projections; one head or several; a batch of one, a sequence of one."""
-    cases = [("mlp", 3, 5, 8, 1, 20, torch.bfloat16), ("transformer", 2, 5, 12, 3, 20, torch.float32),
-             ("transformer", 1, 7, 8, 4, 16, torch.bfloat16), ("transformer", 3, 1, 6, 2, 5, torch.float32),
-             ("transformer", 2, 4, 6, 1, 9, torch.bfloat16)]
-    for _ in range(2):
+    CUDA's on the GPU itself where there is one. Fused or separate Q, K, V projections; one head or several; a batch
+    of one, a sequence of one."""
+    cases = [("mlp", 3, 5, 8, 1, 20, torch.bfloat16, "cpu"), ("transformer", 2, 5, 12, 3, 20, torch.float32, "cpu"),
+             ("transformer", 1, 7, 8, 4, 16, torch.bfloat16, "cpu"),
+             ("transformer", 3, 1, 6, 2, 5, torch.float32, "cpu"),
+             ("transformer", 2, 4, 6, 1, 9, torch.bfloat16, "cuda"), ("mlp", 2, 3, 4, 1, 6, torch.bfloat16, "cuda")]
+    for device in ("cpu", "cuda"):
         heads = randint(1, 4)
-        cases.append(("transformer", randint(1, 3), randint(1, 9), heads * randint(1, 4), heads, randint(1, 24),
-                      (torch.float32, torch.bfloat16)[randint(0, 1)]))
+        cases.append(("transformer", randint(1, 3), randint(1, 9), heads * randint(2, 4), heads, randint(1, 24),
+                      (torch.float32, torch.bfloat16)[randint(0, 1)], device))
     for i, args in enumerate(cases):
         expect_activation(activation_bytes, args, saved_bytes(*args, fused=i % 2 == 0))
 
@@ -510,5 +671,382 @@ def agrees_with_saved_tensors_hooks(activation_bytes):
 def dtype_and_mask(activation_bytes):
     """the same block in float32 and bfloat16: every saved value halves, except the 1-byte causal mask"""
     for dtype in (torch.float32, torch.bfloat16):
-        args = ("transformer", 2, 6, 8, 2, 12, dtype)
+        args = ("transformer", 2, 6, 8, 2, 12, dtype, "cpu")
         expect_activation(activation_bytes, args, saved_bytes(*args))
+
+
+@ACTIVATION_BYTES.check
+def shapes_no_tensor_can_hold(activation_bytes):
+    """a batch of 2**20 sequences of 2**20 tokens: exact ints past 2**63 bytes, from the sizes alone
+
+    No tensor of these sizes can exist, not even on the meta device, so running a block fails while arithmetic does
+    not."""
+    activation_bytes = at_sizes_no_tensor_can_hold(activation_bytes, "activation_bytes")
+    expect_activation(activation_bytes, ("transformer", 2**20, 2**20, 2**16, 2**6, 2**18, torch.bfloat16, "cpu"),
+                      {"total": 149_879_805_494_494_756_864, "mask": 2**40, "softmax": 2**67, "stats": 2**43,
+                       "stats_values": 2**42}, "the count is")
+    expect_activation(activation_bytes, ("mlp", 2**20, 2**20, 2**16, 2**6, 2**24, torch.float32, "cuda"),
+                      {"total": 147_862_182_965_828_124_672, "mask": 0, "softmax": 0, "stats": 0, "stats_values": 0},
+                      "the count is")
+
+
+# ---------------------------------------------------------------- training_peak_bytes
+
+_Embedding, _Parameter, _ModuleList = nn.Embedding, nn.Parameter, nn.ModuleList
+_linear, _cross_entropy, _checkpoint = F.linear, F.cross_entropy, _torch_checkpoint
+_AdamW, _no_grad, _randint, _is_tensor = torch.optim.AdamW, torch.no_grad, torch.randint, torch.is_tensor
+_native_layer_norm = torch.ops.aten.native_layer_norm.default
+_finalize = weakref.finalize
+_get_threads, _set_threads = torch.get_num_threads, torch.set_num_threads
+PEAK_KEYS = ("params", "grads", "optimizer_state", "activations", "peak")
+LOSS_SCALARS = 8  # the loss and cross_entropy's total weight: two float32 scalars, alive but no activation
+
+
+class _GPT(_Module):
+    """A GPT-2-style decoder in bfloat16: a token embedding tied to the unembedding, learned positions, n_layers of the
+    chapter's _Block (fused Q, K, V in every other one), a final LayerNorm; each block checkpointed (non-reentrant,
+    keeping only its input) when asked."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int, seq: int,
+                 checkpointing: bool) -> None:
+        super().__init__()
+        dtype = torch.bfloat16
+        self.tok = _Embedding(vocab_size, d_model, dtype=dtype)
+        self.pos = _Parameter(_randn(seq, d_model).to(dtype) * 0.02)
+        self.blocks = _ModuleList(_Block(d_model, n_heads, d_ff, dtype, i % 2 == 1) for i in range(n_layers))
+        self.ln_f = _LayerNorm(d_model, dtype=dtype)
+        self.checkpointing = checkpointing
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            x = _checkpoint(block, x, use_reentrant=False) if self.checkpointing else block(x)
+        return _linear(self.ln_f(x), self.tok.weight)
+
+
+class _LayerNormStats(TorchDispatchMode):
+    """Counts the values of LayerNorm statistics (mean and 1/std) alive now: the ones a forward pass saved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alive: dict[int, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is _native_layer_norm:
+            for stat in out[1:]:
+                storage = stat.untyped_storage()
+                self.alive[id(storage)] = stat.numel()
+                _finalize(storage, self.alive.pop, id(storage), None)
+        return out
+
+
+@_contextmanager
+def _one_thread():
+    """Run the oracle's tiny models on one thread: on a loaded machine two threads of tiny ops wait on each other far
+    longer than they compute, and a check's time limit must not depend on the machine's load."""
+    threads = _get_threads()
+    _set_threads(1)
+    try:
+        yield
+    finally:
+        _set_threads(threads)
+
+
+def _storage_bytes(tensors) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+def measured_step(n_layers: int, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
+                  checkpointing: bool = False, device: str = "cpu") -> dict[str, int]:
+    """One steady-state training step of the real _GPT, measured on the CPU: bfloat16 weights and gradients, AdamW on
+    float32 master weights (its state float32), the loss on float32 logits; the update one parameter at a time.
+
+    num_params, and the keys of training_peak_bytes: params and optimizer_state from their storages; activations alive
+    after the forward pass and grads after the backward pass (grader.course.memtrack); peak = params + optimizer_state
+    + the larger of the backward pass's peak and the gradients (the loss's two scalars left out). For device="cuda",
+    the LayerNorm statistics alive after the forward pass are repriced in the dtype CUDA keeps them in (STATS_DTYPE)."""
+    _manual_seed(0)
+    model = _GPT(n_layers, d_model, n_heads, d_ff, vocab_size, seq, checkpointing)
+    params = list(model.parameters())
+    masters = [p.detach().float().requires_grad_() for p in params]
+    opts = [_AdamW([master], lr=1e-3, foreach=False) for master in masters]  # one at a time, as below
+    idx, targets = _randint(vocab_size, (batch, seq)), _randint(vocab_size, (batch, seq))
+
+    def step(mem=None, stats=None) -> tuple[int, int, int, int]:
+        with stats if stats is not None else _nullcontext():
+            loss = _cross_entropy(model(idx).float().flatten(0, 1), targets.flatten())
+        forward = (mem.current, sum(stats.alive.values())) if mem else (0, 0)
+        loss.backward()
+        del loss
+        backward = (mem.peak, mem.current) if mem else (0, 0)
+        for p, master, opt in zip(params, masters, opts):  # AdamW on the float32 copy, one parameter at a time
+            master.grad = p.grad.float()
+            p.grad = None
+            opt.step()
+            master.grad = None
+            with _no_grad():
+                p.copy_(master)
+        return forward + backward
+
+    with _one_thread():
+        step()  # the warm-up step: AdamW makes its state
+        state = [t for opt in opts for s in opt.state.values() for t in s.values() if _is_tensor(t) and t.dim()]
+        with _track_memory("cpu") as mem:
+            alive, stats_values, backward_peak, grads = step(mem, _LayerNormStats())
+    activations = alive - LOSS_SCALARS
+    extra = stats_values * (ELEMENT_BYTES[STATS_DTYPE[device][torch.bfloat16]] - ELEMENT_BYTES[torch.bfloat16])
+    out = {"num_params": sum(p.numel() for p in params), "params": _storage_bytes(params),
+           "grads": grads, "optimizer_state": _storage_bytes(masters) + _storage_bytes(state),
+           "activations": activations + extra, "backward": backward_peak - LOSS_SCALARS + extra}
+    out["peak"] = out["params"] + out["optimizer_state"] + max(out["backward"], grads)
+    return out
+
+
+def peak_call(args: tuple, checkpointing: bool, device: str) -> str:
+    return f"training_peak_bytes({', '.join(map(str, args))}, checkpointing={checkpointing}, device={device!r})"
+
+
+def _peak_hint(key: str, got: int, want: dict[str, int], args: tuple, checkpointing: bool) -> str:
+    """The named mistake a wrong part matches."""
+    n, layers, b, s, d, h, f, v = args
+    tokens, total = b * s, want[key]
+    if key in ("params", "grads") and got == 2 * total:
+        return f" (4 bytes per parameter is float32; the model's {key} are bfloat16, 2 bytes)"
+    if key == "optimizer_state" and got == 8 * n:
+        return (" (8 bytes per parameter is AdamW's two moments alone: the float32 master copy of the weights, 4 more, "
+                "is optimizer state too: 12 in all)")
+    if key == "optimizer_state" and got == 16 * n:
+        return (" (16 bytes per parameter is the whole step's: the optimizer's part is 12, master weights and two "
+                "moments)")
+    if key in ("activations", "peak"):
+        if got == total - 4 * tokens * v:
+            return (" (the loss's log-probabilities are missing: cross_entropy saves its float32 log-softmax output, "
+                    "batch x seq x vocab_size x 4 bytes, the largest single activation)")
+        if got == total - 2 * tokens * v:
+            return (" (the log-probabilities counted in bfloat16: the logits are cast to float32 for the loss, and "
+                    "cross_entropy saves its float32 log-softmax output, 4 bytes per value)")
+        if checkpointing and got == total - layers * tokens * d * 2:
+            return " (with checkpointing each block still keeps its input, batch x seq x d_model bfloat16 values)"
+    if key == "activations" and got == total - 2 * tokens * d * 2 - want["head_stats"]:
+        return (" (the final LayerNorm and the unembedding are missing: LayerNorm keeps its input and statistics, the "
+                "unembedding its input, the normalized output)")
+    if key == "peak":
+        if got == total - 8 * tokens * v:
+            return (" (the loss's backward is missing: it makes the gradients of the log-probabilities and of the "
+                    "float32 logits, batch x seq x vocab_size x 4 bytes each, while everything the forward saved is "
+                    "still alive)")
+        if got == want["params"] + want["grads"] + want["optimizer_state"] + want["activations"]:
+            return (" (that is every part added up, but gradients and activations are never all alive at once: count "
+                    "the two moments, when backward begins, with the loss's two float32 gradients and no parameter "
+                    "gradient yet, and when it ends, with no activation left)")
+        if got == want["params"] + want["grads"] + want["optimizer_state"] + want["activations"] + 8 * tokens * v:
+            return (" (that adds the gradients to the moment backward begins: no gradient exists yet then, and by the "
+                    "end of backward the activations are gone: count the larger of the two moments)")
+        if got == want["params"] + want["optimizer_state"] + want["activations"] + 8 * tokens * v:
+            return (" (that is the moment backward begins; after backward the gradients, weights and optimizer state "
+                    "are alive, 16 bytes per parameter, and here that is larger: the peak is the larger of the two)")
+    return factor_hint(got, total)
+
+
+def expect_peak(training_peak_bytes, args: tuple, want: dict[str, int], checkpointing: bool = False,
+                device: str = "cpu", what_counts: str = "a measured step holds") -> None:
+    """training_peak_bytes(*args, checkpointing=..., device=...) returns `want`'s five parts, exactly."""
+    what = peak_call(args, checkpointing, device)
+    got = training_peak_bytes(*args, checkpointing=checkpointing, device=device)
+    expect_type(got, dict, what)
+    expect_equal(sorted(got), sorted(PEAK_KEYS), f"{what}'s keys")
+    for key in PEAK_KEYS:
+        value = expect_int(got[key], f"{what}[{key!r}]")
+        if value != want[key]:
+            fail(f"{what}[{key!r}] is {value:,}; {what_counts} {want[key]:,} bytes"
+                 + _peak_hint(key, value, want, args, checkpointing))
+
+
+def measured_case(n_layers: int, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
+                  checkpointing: bool = False, device: str = "cpu") -> tuple[tuple, dict[str, int]]:
+    """The arguments of training_peak_bytes for a real _GPT, and what its measured step holds."""
+    got = measured_step(n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size, checkpointing, device)
+    stats_size = ELEMENT_BYTES[STATS_DTYPE[device][torch.bfloat16]]
+    got["head_stats"] = 2 * batch * seq * stats_size  # the final LayerNorm's statistics, for a hint
+    return (got["num_params"], n_layers, batch, seq, d_model, n_heads, d_ff, vocab_size), got
+
+
+@TRAINING_PEAK_BYTES.check
+def small_gpt_by_hand(training_peak_bytes):
+    """a GPT of 1,000 parameters, 2 layers, batch 2 x 4 tokens, vocabulary 64 on the CPU: peak 24,944 bytes by hand
+
+    d_model 8, 2 heads, d_ff 32: params 2,000, grads 2,000, optimizer state 12,000, activations 6,848 bytes. Per
+    block 2,256 bytes (activation_bytes in bfloat16); the final LayerNorm's input and statistics and the
+    unembedding's input, 288; the float32 log-probabilities, 2,048; at the start of backward the loss's two float32
+    gradients add 4,096 to the weights' and the optimizer's 14,000."""
+    expect_peak(training_peak_bytes, (1000, 2, 2, 4, 8, 2, 32, 64),
+                {"params": 2000, "grads": 2000, "optimizer_state": 12000, "activations": 6848, "peak": 24944,
+                 "head_stats": 32}, what_counts="by hand it is")
+
+
+@TRAINING_PEAK_BYTES.check
+def checkpointing_and_the_larger_moment(training_peak_bytes):
+    """with checkpointing (activations 2,592 bytes), with 10**6 parameters (peak 16,000,000 bytes), and on CUDA
+
+    Checkpointed, each block keeps only its input. With 10**6 parameters the 16 bytes per parameter after backward
+    outweigh the moment backward begins. And on CUDA, without checkpointing: the five LayerNorms keep 80 float32
+    statistics, 160 bytes more."""
+    expect_peak(training_peak_bytes, (1000, 2, 2, 4, 8, 2, 32, 64),
+                {"params": 2000, "grads": 2000, "optimizer_state": 12000, "activations": 2592, "peak": 20688,
+                 "head_stats": 32}, checkpointing=True, what_counts="by hand it is")
+    expect_peak(training_peak_bytes, (10**6, 2, 2, 4, 8, 2, 32, 64),
+                {"params": 2 * 10**6, "grads": 2 * 10**6, "optimizer_state": 12 * 10**6, "activations": 2592,
+                 "peak": 16 * 10**6, "head_stats": 32}, checkpointing=True, what_counts="by hand it is")
+    expect_peak(training_peak_bytes, (1000, 2, 2, 4, 8, 2, 32, 64),
+                {"params": 2000, "grads": 2000, "optimizer_state": 12000, "activations": 7008, "peak": 25104,
+                 "head_stats": 64}, device="cuda", what_counts="by hand it is")
+
+
+@TRAINING_PEAK_BYTES.check
+def agrees_with_a_measured_step(training_peak_bytes):
+    """a real bfloat16 GPT trained with AdamW on float32 master weights: each part and the peak, as measured
+
+    With and without checkpointing: parameters, gradients, optimizer state and activations each where they are
+    alive, and the peak of the step."""
+    for checkpointing in (False, True):
+        args, want = measured_case(2, 2, 8, 16, 2, 48, 320, checkpointing)
+        expect_peak(training_peak_bytes, args, want, checkpointing)
+    checkpointing = randint(0, 1) == 1
+    args, want = measured_case(1, randint(1, 3), randint(4, 10), 12, 3, randint(8, 40), randint(400, 600),
+                               checkpointing)
+    expect_peak(training_peak_bytes, args, want, checkpointing)
+
+
+@TRAINING_PEAK_BYTES.check
+def shapes_no_tensor_can_hold(training_peak_bytes):
+    """2**40 parameters, a batch of 2**20 sequences of 2**20 tokens: exact ints past 2**63 bytes, checkpointed or not"""
+    training_peak_bytes = at_sizes_no_tensor_can_hold(training_peak_bytes, "training_peak_bytes")
+    args = (2**40, 2**10, 2**20, 2**20, 2**16, 2**6, 2**18, 2**17)
+    weights = {"params": 2**41, "grads": 2**41, "optimizer_state": 12 * 2**40, "head_stats": 2**42}
+    expect_peak(training_peak_bytes, args, {**weights, "activations": 153_477_785_521_889_132_675_072,
+                                            "peak": 153_478_938_458_786_902_310_912}, what_counts="the count is")
+    expect_peak(training_peak_bytes, args, {**weights, "activations": 148_438_648_116_178_059_264,
+                                            "peak": 149_591_585_013_947_695_104}, checkpointing=True,
+                what_counts="the count is")
+
+
+# ---------------------------------------------------------------- kv_cache_bytes
+
+_sdpa, _cat = F.scaled_dot_product_attention, torch.cat
+
+
+class _CachedDecoder(_Module):
+    """A decoder of attention layers with grouped-query attention (n_heads query heads share n_kv_heads key and value
+    heads of head_dim values) that generates one token at a time, keeping each layer's keys and values of every
+    token so far: the cache, which torch's scaled_dot_product_attention reads (enable_gqa)."""
+
+    def __init__(self, n_layers: int, n_heads: int, n_kv_heads: int, head_dim: int, vocab_size: int,
+                 dtype: torch.dtype) -> None:
+        super().__init__()
+        d_model, kv = n_heads * head_dim, n_kv_heads * head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.embed = _Embedding(vocab_size, d_model, dtype=dtype)
+        self.q = _ModuleList(_Linear(d_model, d_model, bias=False, dtype=dtype) for _ in range(n_layers))
+        self.kv = _ModuleList(_Linear(d_model, 2 * kv, bias=False, dtype=dtype) for _ in range(n_layers))
+        self.o = _ModuleList(_Linear(d_model, d_model, bias=False, dtype=dtype) for _ in range(n_layers))
+        self.unembed = _Linear(d_model, vocab_size, bias=False, dtype=dtype)
+
+    def forward(self, tokens: torch.Tensor, cache: list) -> torch.Tensor:
+        """Logits after `tokens` (batch, new): attends to the cache and the new tokens, appending these to the cache
+        (every position sees itself and the past: causal)."""
+        b, new = tokens.shape
+        x = self.embed(tokens)
+        for i, (q_proj, kv_proj, o_proj) in enumerate(zip(self.q, self.kv, self.o)):
+            q = q_proj(x).view(b, new, self.n_heads, self.head_dim).transpose(1, 2)
+            k, v = (t.transpose(1, 2) for t in kv_proj(x).view(b, new, 2, self.n_kv_heads, self.head_dim).unbind(2))
+            if i < len(cache):
+                k, v = _cat([cache[i][0], k], dim=2), _cat([cache[i][1], v], dim=2)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
+            attended = _sdpa(q, k, v, is_causal=cache[i][0].shape[2] == new and new > 1, enable_gqa=True)
+            x = x + o_proj(attended.transpose(1, 2).reshape(b, new, -1))
+        return self.unembed(x)
+
+
+def measured_cache(n_layers: int, n_heads: int, n_kv_heads: int, head_dim: int, context: int, batch: int,
+                   dtype: torch.dtype) -> int:
+    """Bytes a real _CachedDecoder holds after generating `context` tokens one at a time (grader.course.memtrack: the
+    tensor bytes still alive once the last logits are dropped)."""
+    _manual_seed(0)
+    vocab = 16
+    model = _CachedDecoder(n_layers, n_heads, n_kv_heads, head_dim, vocab, dtype)
+    tokens = _randint(vocab, (batch, 1))
+    with _one_thread(), _no_grad(), _track_memory("cpu") as mem:
+        cache: list = []
+        for _ in range(context):
+            tokens = model(tokens, cache)[:, -1].argmax(-1, keepdim=True)
+        del tokens
+        held = mem.current
+    return held
+
+
+def kv_call(args: tuple) -> str:
+    layers, kv_heads, head_dim, context, batch, dtype = args
+    return f"kv_cache_bytes({layers}, {kv_heads}, {head_dim}, {context}, {batch}, {dtype})"
+
+
+def _kv_hint(got: int, want: int, args: tuple) -> str:
+    layers, kv_heads, head_dim, context, batch, dtype = args
+    size, name = ELEMENT_BYTES[dtype], str(dtype).removeprefix("torch.")
+    if size == 2 and got * 2 == want:
+        return (f" (half of it: every layer caches a key and a value per token, two tensors, and each {name} value "
+                "takes 2 bytes)")
+    if size > 1 and got * size == want:
+        return f" (that counts values: multiply by the {size} bytes of a {name} value)"
+    if got * 2 == want:
+        return " (keys or values alone: every layer caches both, two tensors)"
+    if size != 4 and got * size == want * 4:
+        return f" (that counts 4 bytes per value; a {name} value takes {size})"
+    if context > 1 and got == want // context * (context - 1):
+        return f" (the cache after {context} tokens holds all {context} of them: each token's key and value are kept)"
+    return factor_hint(got, want)
+
+
+def expect_kv(kv_cache_bytes, args: tuple, want: int, what_counts: str = "a real cache holds") -> None:
+    what = kv_call(args)
+    got = expect_int(kv_cache_bytes(*args), what)
+    if got != want:
+        fail(f"{what} returned {got:,}; {what_counts} {want:,} bytes" + _kv_hint(got, want, args))
+
+
+@KV_CACHE_BYTES.check
+def published_shapes_by_hand(kv_cache_bytes):
+    """Llama 2 7B caches 2 GiB per 4,096-token sequence in float16; Llama 3 8B (GQA) 1 GiB per 8,192 in bfloat16
+
+    Llama 2 7B: 32 layers, 32 KV heads of 128. Llama 3 8B: 32 layers, 8 KV heads of 128 (grouped-query attention); a
+    batch of 16 sequences holds 16 times that."""
+    expect_kv(kv_cache_bytes, (32, 32, 128, 4096, 1, torch.float16), 2 * 2**30, "by hand it is")
+    expect_kv(kv_cache_bytes, (32, 8, 128, 8192, 1, torch.bfloat16), 2**30, "by hand it is")
+    expect_kv(kv_cache_bytes, (32, 8, 128, 8192, 16, torch.bfloat16), 16 * 2**30, "by hand it is")
+
+
+@KV_CACHE_BYTES.check
+def agrees_with_a_real_cache(kv_cache_bytes):
+    """real decoders generating token by token, with and without GQA: the cache they hold, measured
+
+    One layer or several, as many KV heads as query heads or fewer, float32 and bfloat16, after one token or many."""
+    cases = [(1, 2, 2, 4, 3, 1, torch.float32), (2, 4, 1, 8, 5, 2, torch.bfloat16), (3, 6, 2, 2, 1, 3, torch.float32)]
+    for _ in range(2):
+        kv_heads = randint(1, 3)
+        cases.append((randint(1, 3), kv_heads * randint(1, 3), kv_heads, randint(1, 8), randint(1, 12), randint(1, 3),
+                      (torch.float32, torch.bfloat16)[randint(0, 1)]))
+    for layers, heads, kv_heads, head_dim, context, batch, dtype in cases:
+        expect_kv(kv_cache_bytes, (layers, kv_heads, head_dim, context, batch, dtype),
+                  measured_cache(layers, heads, kv_heads, head_dim, context, batch, dtype))
+
+
+@KV_CACHE_BYTES.check
+def shapes_no_tensor_can_hold(kv_cache_bytes):
+    """1,024 layers of 1,024 KV heads of 1,024 values, 2**30 tokens, a batch of 2**14, bfloat16: 2**76 bytes, exactly
+
+    One layer's keys alone would be a tensor of 2**64 values: none can exist, not even on the meta device."""
+    kv_cache_bytes = at_sizes_no_tensor_can_hold(kv_cache_bytes, "kv_cache_bytes")
+    expect_kv(kv_cache_bytes, (2**10, 2**10, 2**10, 2**30, 2**14, torch.bfloat16), 2**76, "the count is")
+    expect_kv(kv_cache_bytes, (80, 8, 128, 10**15, 3, torch.float8_e4m3fn), 491_520 * 10**15, "the count is")

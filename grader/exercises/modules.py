@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.export._trace  # noqa: F401  (so the forbidden private entry points of torch.export can be found)
 import torch.fx.passes.shape_prop  # noqa: F401  (so the forbidden ShapeProp can be found)
 
 from grader.expect import (describe, expect, expect_equal, expect_tensor, expect_tensor_like, expect_type, factor_hint,
@@ -26,15 +27,20 @@ _cat = torch.cat
 _einsum = torch.einsum
 _Tensor = torch.Tensor
 
-# Whole-job shortcuts, refused while the student's code runs. parameters_to_vector (and the flattening helper under
-# it) counts the distinct parameters in one call; fx tracing with ShapeProp, or torch.export, records every node's
-# output shape without a hook; F.bilinear(x, x, W) is the quadratic form itself (aten's _trilinear under it).
+# Whole-job shortcuts, refused while the student's code runs, whatever name reaches them (grader/guard.py refuses by
+# identity). parameters_to_vector (and the flattening helper under it, and the C function under that) counts the
+# distinct parameters in one call; fx tracing with ShapeProp, or torch.export (and its private entry points, and
+# dynamo's export), records every node's output shape without a hook; F.bilinear(x, x, W) is the quadratic form itself
+# (the aten operators bilinear and _trilinear under it, refused at the dispatcher from any route).
 # MySequential, Concat, Cruncher and RunningMean have no library call that does their job and passes the structural
 # checks (an nn.Sequential base or child is refused by name and class); nn.Sequential cannot be forbidden anyway:
 # the hidden checks' own models nest it.
-COUNTING = ("torch.nn.utils.parameters_to_vector", "torch._utils._flatten_dense_tensors")
-TRACING = ("torch.fx.Tracer.trace", "torch.fx.passes.shape_prop.ShapeProp.propagate", "torch.export.export")
-BILINEAR = ("torch.nn.functional.bilinear", "torch.bilinear", "torch._trilinear")
+COUNTING = ("torch.nn.utils.parameters_to_vector", "torch._utils._flatten_dense_tensors",
+            "torch._C._nn.flatten_dense_tensors")
+TRACING = ("torch.fx.Tracer.trace", "torch.fx.passes.shape_prop.ShapeProp.propagate", "torch.export.export",
+           "torch.export._trace._export", "torch.export._trace._export_for_training", "torch._dynamo.export")
+BILINEAR = ("torch.nn.functional.bilinear", "torch.bilinear", "torch._trilinear", "torch.ops.aten.bilinear",
+            "torch.ops.aten._trilinear")
 
 MY_SEQUENTIAL = exercise("modules.MySequential", points=3)
 CONCAT = exercise("modules.Concat", points=2)
@@ -54,6 +60,16 @@ def names(pairs) -> list[str]:
 
 def grads_of(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
     return {name: None if p.grad is None else p.grad.detach() for name, p in model.named_parameters()}
+
+
+def expect_module_call(got: dict, what: str) -> None:
+    """The model is called the way nn.Module calls it: its class defines forward, and model(x) runs forward's hooks."""
+    if got.get("no_forward"):
+        fail(f"{what} has no method named forward: calling a module runs its forward (nn.Module.__call__ looks for "
+             "that name), so name the method forward")
+    expect(got.get("hooks_ran", 1) > 0, f"calling {what}(x) did not run the forward hook attached to it: your class "
+                                        "replaces __call__, which skips nn.Module's (it runs forward with every hook "
+                                        "around it); define forward instead of __call__")
 
 
 def expect_input_kept(got: dict, what: str) -> None:
@@ -103,6 +119,9 @@ def expect_sequential(MySequential, specs, x: torch.Tensor, how: str, seed: int 
     expect(not got.get("sequentials_built"), f"{what} builds a torch.nn.Sequential of its modules, which does the "
                                              "whole job; register the modules yourself and run them in order in "
                                              "forward")
+    borrowed = got.get("borrowed") or {}
+    expect(not borrowed, f"{what} takes {', '.join(f'{k} = torch.nn.{v}' for k, v in borrowed.items())} from "
+                         "torch's containers, whose code then does the job: write forward yourself")
     if structure:
         base = next((c for c in got["classes"] if c in CONTAINERS), None)
         expect(base is None, f"{what} is a subclass of {base}: subclass nn.Module directly and register the "
@@ -118,6 +137,8 @@ def expect_sequential(MySequential, specs, x: torch.Tensor, how: str, seed: int 
                f"{what}: state_dict keys are {list(got['state_dict'])}, expected {want['keys']}")
         expect(all(got["kept"]), f"{what}: the modules given are not all its children (kept: {got['kept']}); "
                                  "register the very objects you are given, not copies")
+    if values or grads:
+        expect_module_call(got, what)
     if values:
         expect_input_kept(got, f"{what}(x)")
         expect_tensor(got["output"], want["output"], f"{what}(x) for x of shape {tuple(x.shape)} (the modules run "
@@ -185,6 +206,7 @@ def expect_concat(Concat, spec1, spec2, x: torch.Tensor, how: str, seed: int = 0
     _backward([want], [g])
     got = run_scenario(scenarios.concat_report, Concat, spec1, spec2, x, g, seed, same)
     what = f"Concat({how})"
+    expect_module_call(got, what)
     expect_input_kept(got, f"{what}(x)")
     out = got["output"]
     if isinstance(out, _Tensor) and tuple(out.shape) != tuple(want.shape):
@@ -280,6 +302,7 @@ def expect_cruncher(Cruncher, dim: int, num_layers: int, x: torch.Tensor, seed: 
     got = run_scenario(scenarios.cruncher_report, Cruncher, dim, num_layers, x, g, seed, dtype)
     what = f"Cruncher({dim}, {num_layers})" + (f".to({dtype})" if dtype is not None else "")
     expect_cruncher_structure(got, dim, num_layers, what)
+    expect_module_call(got, what)
     expect_input_kept(got, f"{what}(x)")
     want, want_grads = cruncher_reference(got["state_dict"], x, g, num_layers)
     expect_tensor(got["output"], want.to(x.dtype), f"{what}(x) for x of shape {tuple(x.shape)}: x @ layers.0.weight "
@@ -403,6 +426,14 @@ def frozen_parameters_count(get_num_parameters):
                  "Sequential(Linear(3, 4) frozen, Linear(4, 2))")
 
 
+@GET_NUM_PARAMETERS.check
+def every_level_counts(get_num_parameters):
+    """a parameter of the model's own beside modules nested three deep: 3 + 12 + 24 + 12 = 51"""
+    expect_count(get_num_parameters, "nested", [3], 51,
+                 "a model with its own scale (3) and body = Sequential(Linear(3, 3), Sequential(ReLU(), "
+                 "Sequential(Linear(3, 6), LayerNorm(6)))): every level of the tree holds parameters")
+
+
 # ---------------------------------------------------------------- RunningMean
 
 def expect_running_mean_layout(got: dict, num_features: int, what: str) -> None:
@@ -435,6 +466,7 @@ def expect_running_mean(RunningMean, num_features: int, steps: list, how: str) -
     got = run_scenario(scenarios.running_mean_report, RunningMean, num_features, steps)
     what = f"RunningMean({num_features})"
     expect_running_mean_layout(got, num_features, what)
+    expect_module_call(got, what)
     seen: list[torch.Tensor] = []
     history = []
     for (mode, x), step in zip(steps, got["steps"]):
@@ -444,7 +476,14 @@ def expect_running_mean(RunningMean, num_features: int, steps: list, how: str) -
         rows = torch.cat(seen) if seen else torch.zeros(0, num_features)
         mean = rows.double().mean(0).float() if seen else torch.zeros(num_features)
         after = f"{what} after {', '.join(history)} ({how})"
+        expect_module_call(step, what)
         expect_input_kept(step, f"{after}: forward")
+        count_dtype, mean_dtype = getattr(step["count"], "dtype", None), getattr(step["mean"], "dtype", None)
+        expect(count_dtype == torch.int64,
+               f"{after}: `count` has dtype {count_dtype}, expected torch.int64 (as at first): an update made "
+               "it a float (a float tensor added to it, or assigned); keep an exact count, self.count += N")
+        expect(mean_dtype == torch.float32,
+               f"{after}: `mean` has dtype {mean_dtype}, expected torch.float32 (as the buffer was made)")
         if step["mean_has_graph"] or step["mean_requires_grad"]:
             fail(f"{after}: buffer `mean` is part of the autograd graph (requires_grad or grad_fn set); update it "
                  "under torch.no_grad()")
@@ -596,6 +635,7 @@ def expect_quadratic(Quadratic, in_features: int, out_features: int, x: torch.Te
     got = run_scenario(scenarios.quadratic_report, Quadratic, in_features, out_features, x, g, seed, dtype)
     what = f"Quadratic({in_features}, {out_features})" + (f".to({dtype})" if dtype is not None else "")
     expect_quadratic_structure(got, in_features, out_features, what)
+    expect_module_call(got, what)
     # An alias bound before the check (`from torch import bilinear`) escapes the forbidden list; its graph does not.
     expect("TrilinearBackward0" not in got.get("graph", ()),
            forbidden_message(QUADRATIC, "torch.nn.functional.bilinear (its graph shows aten's _trilinear)"))

@@ -13,7 +13,8 @@ _broadcast_shapes = torch.broadcast_shapes  # the references, bound before any s
 _matmul = torch.matmul
 
 # torch._C._is_alias_of(x, y) answers the question outright; comparing the storages (untyped_storage()) is the lesson.
-SAME_STORAGE = exercise("tensors.same_storage", points=2, forbid=("torch._C._is_alias_of",))
+# Builtins that answer "one storage?" outright: refused by identity, under any name (grader/guard.py).
+SAME_STORAGE = exercise("tensors.same_storage", points=2, forbid=("torch._C._is_alias_of", "torch._C._overlaps"))
 ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
 # Library routes to the broadcast shape; any other (arrays, meta tensors) fails on shapes no array can have.
 BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2,

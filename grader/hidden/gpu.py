@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from grader.exercises.gpu import (MAPPINGS, MEMORY_DELTA, MiB, TIME_FN, TO_DEVICE, TRANSFER_BANDWIDTH, TRY_ALL_GPUS, TRY_GPU,
-                                  expect_bandwidth, expect_calls, expect_delta_cpu, expect_delta_gpu, expect_median,
-                                  expect_non_blocking, expect_to_device, expect_try_all_gpus, expect_try_gpu, tensor)
+from grader.exercises.gpu import (GPU_BATCH, MAPPINGS, MEMORY_DELTA, MiB, TIME_FN, TO_DEVICE, TRANSFER_BANDWIDTH,
+                                  TRY_ALL_GPUS, TRY_GPU, expect_bandwidth, expect_calls, expect_delta_cpu,
+                                  expect_delta_gpu, expect_median, expect_non_blocking, expect_to_device, expect_to_gpu,
+                                  expect_try_all_gpus, expect_try_gpu, tensor, time_calls)
 from grader.expect import expect_raises
 from grader.inputs import randint
 from grader.scenario import run_scenario
@@ -110,57 +111,126 @@ def non_blocking_false_and_deep(to_device):
     expect_non_blocking(out, True, 3, "to_device(batch, 'meta', non_blocking=True)")
 
 
+def _moving(spec: list, index: int) -> int:
+    """How many tensors of a batch spec must move to GPU `index` (those not on it already)."""
+    kind = spec[0]
+    if kind in ("tensor", "param", "watched"):
+        return 1
+    if kind == "cuda":
+        return int(spec[2] != index)
+    if kind in ("list", "tuple"):
+        return sum(_moving(s, index) for s in spec[1])
+    if kind in MAPPINGS:
+        return sum(_moving(s, index) for _, s in spec[1])
+    if kind == "namedtuple":
+        return sum(_moving(s, index) for s in spec[3])
+    return 0
+
+
+@TO_DEVICE.hidden
+def random_batches_on_gpus(to_device):
+    """random nested batches (some tensors on a simulated GPU already) to a random GPU of a simulated machine"""
+    for trial in range(6):
+        count = randint(1, 8)
+        index = randint(0, count - 1)
+        spec = ["list", [random_spec(3), ["cuda", [randint(1, 3)], index], ["cuda", [2], (index + 1) % count]]]
+        device = (f"cuda:{index}", torch.device("cuda", index))[trial % 2]
+        out = expect_to_gpu(to_device, spec, device, count, f"to_device(a random nested batch, {device!r}) on "
+                            f"{count} simulated GPUs", non_blocking=bool(trial % 3), seed=trial)
+        moving = _moving(spec, index)
+        if moving:
+            expect_non_blocking(out, bool(trial % 3), moving, f"to_device(batch, {device!r}, "
+                                f"non_blocking={bool(trial % 3)})")
+
+
+@TO_DEVICE.hidden
+def the_current_gpu_is_not_enough(to_device):
+    """to cuda:3 of 4 simulated GPUs: 'cuda' and .cuda() would mean cuda:0"""
+    expect_to_gpu(to_device, GPU_BATCH, "cuda:3", 4, "to_device(batch, 'cuda:3') on a machine with 4 GPUs")
+
+
 # ---------------------------------------------------------------- time_fn
 
 @TIME_FN.hidden
 def default_arguments(time_fn):
     """time_fn(fn) warms up 3 times and times 10 calls"""
-    out = run_scenario(scenarios.time_calls, time_fn, [1, 1, 1], [2] * 10, None, None, "cpu")
+    timed = [2, 7, 2, 7, 7, 2, 7, 2, 7, 7]
+    out = time_calls(time_fn, [1, 1, 1], timed, None, None, "cpu")
     expect_calls(out, 13, "time_fn(fn)")
-    expect_median(out, [2] * 10, [1, 1, 1], "time_fn(fn) where every timed call takes 2 ms")
+    expect_median(out, timed, [1, 1, 1], "time_fn(fn) where the timed calls take 2 or 7 ms")
 
 
 @TIME_FN.hidden
 def median_on_the_gpu(time_fn):
     """on a simulated GPU with uneven work: the median, the warm-up queue left out"""
     timed = [5, 150, 5, 25, 150, 5, 150]
-    out = run_scenario(scenarios.time_calls, time_fn, [60, 60, 60], timed, 3, 7, "gpu")
-    what = "time_fn(fn, warmup=3, reps=7) on a simulated GPU"
-    expect_median(out, timed, [60, 60, 60], what, gpu=True)
+    out = time_calls(time_fn, [60, 60, 60], timed, 3, 7, "gpu")
+    expect_median(out, timed, [60, 60, 60], "time_fn(fn, warmup=3, reps=7) on a simulated GPU", gpu=True)
 
 
 @TIME_FN.hidden
 def no_warmup_one_rep(time_fn):
     """warmup=0 and reps=1, on a CPU and on a simulated GPU"""
     for machine in ("cpu", "gpu"):
-        out = run_scenario(scenarios.time_calls, time_fn, [], [15], 0, 1, machine)
+        out = time_calls(time_fn, [], [15], 0, 1, machine)
         expect_median(out, [15], [], f"time_fn(fn, warmup=0, reps=1) on a {machine}", gpu=machine == "gpu")
 
 
 @TIME_FN.hidden
 def even_reps(time_fn):
-    """an even number of reps whose two middle calls take the same time"""
-    timed = [3, 30, 10, 10, 3, 30]
-    out = run_scenario(scenarios.time_calls, time_fn, [1], timed, 1, 6, "cpu")
+    """an even number of reps whose two middle calls differ: their mean"""
+    timed = [3, 30, 10, 12, 3, 30]
+    out = time_calls(time_fn, [1], timed, 1, 6, "cpu")
     expect_median(out, timed, [1], "time_fn(fn, warmup=1, reps=6)")
+
+
+@TIME_FN.hidden
+def random_durations(time_fn):
+    """random durations, warm-up counts and reps, on a CPU and on a simulated GPU"""
+    for trial in range(4):
+        warmup, reps = randint(0, 4), randint(1, 12)
+        warm = [randint(1, 400) / 4 for _ in range(warmup)]
+        timed = [randint(1, 400) / 4 for _ in range(reps)]
+        machine = ("cpu", "gpu")[trial % 2]
+        out = time_calls(time_fn, warm, timed, warmup, reps, machine)
+        expect_median(out, timed, warm, f"time_fn(fn, warmup={warmup}, reps={reps}) on a {machine} where the timed "
+                                        f"calls take {', '.join(f'{t:g}' for t in timed)} ms", gpu=machine == "gpu")
 
 
 # ---------------------------------------------------------------- transfer_bandwidth
 
+
+def _random_rates() -> dict:
+    """Simulated rates, bytes per second, drawn for one check (pinned above pageable, as on real machines)."""
+    pageable = randint(40, 160) * 1e8
+    return dict(host_rate=randint(50, 400) * 1e8, pinned_rate=pageable * randint(3, 6) + 1e8,
+                pageable_rate=pageable, device_rate=randint(10, 40) * 1e11)
+
+
 @TRANSFER_BANDWIDTH.hidden
 def odd_sizes_and_device_objects(transfer_bandwidth):
-    """sizes that are not powers of two, the device as a torch.device, pinned or not"""
+    """sizes that are not powers of two, the device as a torch.device, pinned or not, other rates"""
     for _ in range(2):
         nbytes = randint(3 * MiB, 12 * MiB) | 1
         pinned = bool(randint(0, 1))
         expect_bandwidth(transfer_bandwidth, nbytes, pinned, torch.device("cpu"),
-                         f"transfer_bandwidth({nbytes}, {pinned}, torch.device('cpu'))")
+                         f"transfer_bandwidth({nbytes}, {pinned}, torch.device('cpu'))", rates=_random_rates())
 
 
 @TRANSFER_BANDWIDTH.hidden
 def large_copy(transfer_bandwidth):
     """a 64 MiB copy"""
     expect_bandwidth(transfer_bandwidth, 64 * MiB, False, "cpu", "transfer_bandwidth(64 MiB, False, 'cpu')")
+
+
+@TRANSFER_BANDWIDTH.hidden
+def gpus_rates_and_devices(transfer_bandwidth):
+    """simulated GPUs at other rates: 'cuda:0' and torch.device('cuda', 0), pinned and pageable, odd sizes"""
+    for trial in range(4):
+        nbytes, pinned = randint(MiB, 24 * MiB) | 1, bool(trial % 2)
+        device = ("cuda:0", torch.device("cuda", 0))[trial // 2]
+        expect_bandwidth(transfer_bandwidth, nbytes, pinned, device, f"transfer_bandwidth({nbytes}, {pinned}, "
+                         f"{device!r}) on a simulated GPU", gpus=1, rates=_random_rates())
 
 
 @TRANSFER_BANDWIDTH.hidden
@@ -198,3 +268,17 @@ def gpu_sizes_and_devices(memory_delta):
         expect_delta_gpu(memory_delta, "several", n, 3 * n, f"memory_delta(fn, cuda:0) where fn keeps three blocks of "
                                                             f"{n} bytes", device=torch.device("cuda:0"))
         expect_delta_gpu(memory_delta, "temporary", n, n, f"memory_delta(fn, 'cuda') where fn keeps {n} bytes")
+
+
+@MEMORY_DELTA.hidden
+def several_gpus(memory_delta):
+    """on 2 to 8 simulated GPUs: what fn keeps on one of them, named 'cuda:i', torch.device or 'cuda' (the current)"""
+    for trial in range(3):
+        count = randint(2, 8)
+        on = randint(1, count - 1)
+        n = randint(1, 4096) * 512
+        device = (f"cuda:{on}", torch.device("cuda", on))[trial % 2]
+        expect_delta_gpu(memory_delta, "several", n, 3 * n, f"memory_delta(fn, {device!r}) on {count} simulated GPUs, "
+                         f"fn keeps three blocks of {n} bytes on cuda:{on}", device=device, count=count, on=on)
+    expect_delta_gpu(memory_delta, "keep", MiB, MiB, "memory_delta(fn, 'cuda') on 4 simulated GPUs, fn keeps 1 MiB on "
+                     "the current GPU, cuda:0", count=4, on=0)

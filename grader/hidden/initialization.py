@@ -8,7 +8,8 @@ import torch
 
 from grader.exercises.initialization import (ACTIVATION_STDS, DEFAULT_LINEAR_BOUND, INIT_MIXTURE, KAIMING_RELU_STD,
                                              KAIMING_STD, RELU_LOG_TOL, SEED_EVERYTHING, XAVIER_STD, _calculate_gain,
-                                             expect_close, expect_differ, expect_filled_in_place,
+                                             expect_close, expect_counts_vary_between_tensors, expect_differ,
+                                             expect_filled_in_place, expect_fresh_weights,
                                              expect_float64_mixture, expect_growth, expect_mixture,
                                              expect_mixture_values, expect_no_reseeding,
                                              expect_non_contiguous_mixture, expect_python_float, expect_repeats,
@@ -154,6 +155,12 @@ def seeds(activation_stds):
 
 
 @ACTIVATION_STDS.hidden
+def fresh_weights_other_seeds(activation_stds):
+    """every layer draws its own weights, for 9 random seeds (the public check's bound and reasoning)"""
+    expect_fresh_weights(activation_stds, [randint(0, 2**31 - 1) for _ in range(9)])
+
+
+@ACTIVATION_STDS.hidden
 def more_unknown(activation_stds):
     """more unknown inits and nonlinearities raise ValueError"""
     for init, nl in [("zeros_typo", "linear"), ("", "tanh"), ("normal1", "softmax_typo"), ("default", "")]:
@@ -185,6 +192,12 @@ def other_shapes(init_mixture_):
         out, where = mixture_fill(init_mixture_, shape, seed=14)
         expect_filled_in_place(out[0], where)
         expect_mixture_values(out[0]["values"], where)
+
+
+@INIT_MIXTURE.hidden
+def counts_vary_other_sizes(init_mixture_):
+    """300 tensors of a random 2-D shape: the counts of zeros and positives vary as independent draws make them"""
+    expect_counts_vary_between_tensors(init_mixture_, (randint(20, 60), randint(20, 60)), 300, randint(0, 10**6))
 
 
 @INIT_MIXTURE.hidden

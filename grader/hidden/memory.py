@@ -6,10 +6,12 @@ import math
 import torch
 
 from grader.exercises.memory import (ACTIVATION_BYTES, COMPACT, ELEMENT_BYTES, GET_BATCH, GET_MEMORY_USAGE,
-                                     MAX_PARAMS, STATES, TENSOR_NBYTES, TRAINING_MEMORY, expect_activation,
-                                     expect_batches, expect_compact, expect_input_unchanged, expect_max, expect_nbytes,
-                                     expect_on_device, expect_own_starts, expect_reads_little, expect_training,
-                                     expect_usage, saved_bytes)
+                                     KV_CACHE_BYTES, MAX_PARAMS, STATES, STATS_DTYPE, TENSOR_NBYTES,
+                                     TRAINING_MEMORY, TRAINING_PEAK_BYTES, at_sizes_no_tensor_can_hold,
+                                     expect_activation, expect_batches, expect_compact, expect_input_unchanged,
+                                     expect_kv, expect_max, expect_nbytes, expect_on_device, expect_own_starts,
+                                     expect_peak, expect_reads_little, expect_training, expect_uniform_starts,
+                                     expect_usage, measured_cache, measured_case, saved_bytes)
 from grader.expect import expect, expect_raises, fail
 from grader.inputs import layouts, randint, random_shape
 from grader.scenario import run_scenario
@@ -45,6 +47,17 @@ def far_too_big_to_allocate(tensor_nbytes):
     expect_nbytes(tensor_nbytes, (2 * 10**6, 10**6, 1000), torch.complex128, 32 * 10**15)
 
 
+@TENSOR_NBYTES.hidden
+def random_shapes_past_int64(tensor_nbytes):
+    """random shapes of 3 to 5 dimensions of 2**21 to 2**40 each, past 2**63 elements: exact Python ints"""
+    tensor_nbytes = at_sizes_no_tensor_can_hold(tensor_nbytes, "tensor_nbytes")
+    dtypes = list(ELEMENT_BYTES)
+    for _ in range(10):
+        shape = tuple(2 ** randint(21, 40) + randint(0, 999) for _ in range(randint(3, 5)))
+        dtype = dtypes[randint(0, len(dtypes) - 1)]
+        expect_nbytes(tensor_nbytes, shape, dtype, math.prod(shape) * ELEMENT_BYTES[dtype])
+
+
 @TRAINING_MEMORY.hidden
 def random_sizes(training_memory):
     """random sizes, optimizers and dtypes"""
@@ -52,6 +65,14 @@ def random_sizes(training_memory):
     for _ in range(20):
         expect_training(training_memory, randint(0, 10**9), randint(0, 10**9),
                         list(STATES)[randint(0, 3)], dtypes[randint(0, 3)])
+
+
+@TRAINING_MEMORY.hidden
+def counts_past_int64(training_memory):
+    """10**20 parameters and 10**21 activations (past int64's 9.2 * 10**18): exact Python ints, no wrap-around"""
+    for optimizer in ("adam", "momentum"):
+        expect_training(training_memory, 10**20 + randint(0, 10**6), 10**21 + randint(0, 10**6), optimizer,
+                        torch.float32)
 
 
 @TRAINING_MEMORY.hidden
@@ -159,6 +180,12 @@ def rows_start_at_their_own_positions(get_batch):
 
 
 @GET_BATCH.hidden
+def starts_uniform_at_any_seed(get_batch):
+    """every start equally likely, at a seed drawn for this grading run"""
+    expect_uniform_starts(get_batch, randint(0, 2**31 - 1))
+
+
+@GET_BATCH.hidden
 def large_batches_read_little(get_batch):
     """64 windows of 16 tokens from a 16 MiB memmap still touch a small part of it"""
     expect_reads_little(get_batch, 64, 16, 9)
@@ -166,32 +193,40 @@ def large_batches_read_little(get_batch):
 
 # ---------------------------------------------------------------- activation_bytes
 
-def activation_parts(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int,
-                     dtype: torch.dtype) -> dict[str, int]:
+def activation_parts(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, dtype: torch.dtype,
+                     device: str = "cpu") -> dict[str, int]:
     """What each layer saves, in closed form: an oracle written apart from the hooks the public checks use."""
     size, tokens = ELEMENT_BYTES[dtype], batch * seq
     mlp = tokens * (d_model + d_ff + d_ff) * size         # Linear 1's input, GELU's input, Linear 2's input
     if block == "mlp":
-        return {"total": mlp, "mask": 0, "softmax": 0, "stats": 0}
+        return {"total": mlp, "mask": 0, "softmax": 0, "stats": 0, "stats_values": 0}
     # the block's input, LN1's output (read by Q, K, V), q, k, v, the attention output (O's input), the
     # residual sum (LN2's input), LN2's output (the MLP's input, counted in `mlp`)
     widths = tokens * 7 * d_model * size
-    stats = 2 * 2 * tokens * size                          # a mean and 1/std per token, two LayerNorms
+    stats_values = 2 * 2 * tokens                          # a mean and 1/std per token, two LayerNorms
+    stats = stats_values * ELEMENT_BYTES[STATS_DTYPE[device][dtype]]   # float32 on CUDA for 16-bit inputs
     softmax = batch * n_heads * seq * seq * size           # kept by softmax, read by the weighted sum: one tensor
     mask = seq * seq                                       # bool
-    return {"total": mlp + widths + stats + softmax + mask, "mask": mask, "softmax": softmax, "stats": stats}
+    return {"total": mlp + widths + stats + softmax + mask, "mask": mask, "softmax": softmax, "stats": stats,
+            "stats_values": stats_values}
+
+
+def _devices() -> str:
+    return ("cpu", "cuda")[randint(0, 1)]
 
 
 @ACTIVATION_BYTES.hidden
 def random_blocks_and_dtypes(activation_bytes_):
-    """random shapes in float32, bfloat16, float16 and float64, against saved_tensors_hooks and a closed form"""
+    """random shapes in float32, bfloat16, float16 and float64, for the CPU and CUDA, against saved_tensors_hooks and a
+    closed form"""
     dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-    cases = [("transformer", 1, 1, 1, 1, 1, torch.float32), ("mlp", 1, 1, 1, 1, 1, torch.float64),
-             ("transformer", 4, 3, 6, 6, 2, torch.float16)]
+    cases = [("transformer", 1, 1, 1, 1, 1, torch.float32, "cpu"), ("mlp", 1, 1, 1, 1, 1, torch.float64, "cuda"),
+             ("transformer", 4, 3, 6, 6, 2, torch.float16, "cuda"),
+             ("transformer", 2, 3, 4, 2, 5, torch.float16, "cpu")]
     for _ in range(10):
         heads = randint(1, 4)
         cases.append((("mlp", "transformer")[randint(0, 1)], randint(1, 4), randint(1, 10), heads * randint(1, 5),
-                      heads, randint(1, 30), dtypes[randint(0, 3)]))
+                      heads, randint(1, 30), dtypes[randint(0, 3)], _devices()))
     for args in cases:
         want = saved_bytes(*args, fused=randint(0, 1) == 1)
         assert want["total"] == activation_parts(*args)["total"], f"the grader's two references disagree on {args}"
@@ -201,20 +236,96 @@ def random_blocks_and_dtypes(activation_bytes_):
 @ACTIVATION_BYTES.hidden
 def real_sizes_exactly(activation_bytes_):
     """GPT-2 small's sizes and 70B-sized widths at long contexts, and random huge shapes: exact ints, by arithmetic"""
-    cases = [("transformer", 8, 1024, 768, 12, 3072, torch.float32), ("mlp", 8, 1024, 768, 12, 3072, torch.bfloat16),
-             ("transformer", 1, 8192, 8192, 64, 28672, torch.bfloat16)]
+    cases = [("transformer", 8, 1024, 768, 12, 3072, torch.float32, "cpu"),
+             ("mlp", 8, 1024, 768, 12, 3072, torch.bfloat16, "cuda"),
+             ("transformer", 1, 8192, 8192, 64, 28672, torch.bfloat16, "cuda")]
     for _ in range(10):
         heads = 2 ** randint(0, 7)
         cases.append((("mlp", "transformer")[randint(0, 1)], randint(1, 4096), randint(1, 10**6),
                       heads * randint(1, 256), heads, randint(1, 131072),
-                      (torch.float32, torch.bfloat16, torch.float64)[randint(0, 2)]))
+                      (torch.float32, torch.bfloat16, torch.float64, torch.float16)[randint(0, 3)], _devices()))
     for args in cases:
         expect_activation(activation_bytes_, args, activation_parts(*args), "the count is")
 
 
 @ACTIVATION_BYTES.hidden
 def the_mlp_has_no_heads(activation_bytes_):
-    """the MLP's count does not depend on n_heads; a block's grows by batch x seq^2 x bytes with each head"""
+    """the MLP's count does not depend on n_heads or the device; a block's grows by batch x seq^2 x bytes per head"""
     for heads in (1, 2, 4):
-        expect_activation(activation_bytes_, ("mlp", 3, 4, 8, heads, 10, torch.float32),
-                          activation_parts("mlp", 3, 4, 8, 1, 10, torch.float32), "the count is")
+        for device in ("cpu", "cuda"):
+            expect_activation(activation_bytes_, ("mlp", 3, 4, 8, heads, 10, torch.bfloat16, device),
+                              activation_parts("mlp", 3, 4, 8, 1, 10, torch.bfloat16), "the count is")
+
+
+# ---------------------------------------------------------------- training_peak_bytes
+
+def peak_parts(num_params: int, n_layers: int, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int,
+               vocab_size: int, checkpointing: bool = False, device: str = "cpu") -> dict[str, int]:
+    """The step's parts in closed form, from activation_parts: the reference the measured step is compared with."""
+    tokens, stats = batch * seq, ELEMENT_BYTES[STATS_DTYPE[device][torch.bfloat16]]
+    if checkpointing:
+        blocks = n_layers * tokens * d_model * 2                         # each block keeps its bfloat16 input
+    else:
+        blocks = n_layers * activation_parts("transformer", batch, seq, d_model, n_heads, d_ff, torch.bfloat16,
+                                             device)["total"]
+    head = tokens * (2 * d_model * 2 + 2 * stats + 4 * vocab_size)  # final LN's input and stats, its output, log-probs
+    out = {"params": 2 * num_params, "grads": 2 * num_params, "optimizer_state": 12 * num_params,
+           "activations": blocks + head, "head_stats": 2 * tokens * stats}
+    out["peak"] = out["params"] + out["optimizer_state"] + max(out["activations"] + 8 * tokens * vocab_size,
+                                                               out["grads"])
+    return out
+
+
+@TRAINING_PEAK_BYTES.hidden
+def random_measured_steps(training_peak_bytes):
+    """random GPTs trained one step and measured, with and without checkpointing, for the CPU's rule and CUDA's"""
+    for _ in range(3):
+        heads = randint(1, 3)
+        size = (randint(1, 3), randint(2, 3), randint(4, 10), heads * randint(2, 5), heads, randint(8, 40))
+        checkpointing = randint(0, 1) == 1
+        device = _devices()
+        args, want = measured_case(*size, randint(400, 700), checkpointing, device)
+        reference = peak_parts(*args, checkpointing, device)
+        assert all(want[k] == reference[k] for k in reference), f"the grader's references disagree on {args}"
+        expect_peak(training_peak_bytes, args, want, checkpointing, device)
+
+
+@TRAINING_PEAK_BYTES.hidden
+def real_and_huge_sizes(training_peak_bytes):
+    """GPT-2 XL's sizes at batch 1 and 16, and random sizes up to 2**40 parameters and contexts of 2**20: exact ints"""
+    cases = [((1_557_611_200, 48, 1, 1024, 1600, 25, 6400, 50257), False, "cuda"),
+             ((1_557_611_200, 48, 16, 1024, 1600, 25, 6400, 50257), True, "cpu")]
+    for _ in range(6):
+        heads = 2 ** randint(0, 6)
+        cases.append(((randint(1, 2**40), randint(1, 128), randint(1, 4096), randint(1, 2**20), heads * randint(1, 128),
+                       heads, randint(1, 65536), randint(2, 2**18)), randint(0, 1) == 1, _devices()))
+    for args, checkpointing, device in cases:
+        expect_peak(training_peak_bytes, args, peak_parts(*args, checkpointing, device), checkpointing, device,
+                    "the count is")
+
+
+# ---------------------------------------------------------------- kv_cache_bytes
+
+@KV_CACHE_BYTES.hidden
+def random_real_caches(kv_cache_bytes):
+    """random decoders, measured after generating, and the closed form 2 x layers x kv_heads x head_dim x context x
+    batch x bytes"""
+    for _ in range(4):
+        kv_heads = randint(1, 4)
+        layers, heads, head_dim, context, batch = randint(1, 3), kv_heads * randint(1, 3), randint(1, 8), \
+            randint(1, 16), randint(1, 4)
+        dtype = (torch.float32, torch.bfloat16, torch.float16)[randint(0, 2)]
+        want = measured_cache(layers, heads, kv_heads, head_dim, context, batch, dtype)
+        assert want == 2 * layers * kv_heads * head_dim * context * batch * ELEMENT_BYTES[dtype], "references disagree"
+        expect_kv(kv_cache_bytes, (layers, kv_heads, head_dim, context, batch, dtype), want)
+
+
+@KV_CACHE_BYTES.hidden
+def every_cache_dtype_and_huge_sizes(kv_cache_bytes):
+    """float8, float16, float32 and float64 caches, sizes up to 2**30 each: exact ints"""
+    dtypes = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    for dtype in dtypes:
+        args = tuple(randint(1, 2**30) for _ in range(5)) + (dtype,)
+        layers, kv_heads, head_dim, context, batch, _ = args
+        expect_kv(kv_cache_bytes, args, 2 * layers * kv_heads * head_dim * context * batch * ELEMENT_BYTES[dtype],
+                  "the count is")

@@ -224,6 +224,15 @@ def random_stacks_with_buffers(get_num_parameters):
 
 
 @GET_NUM_PARAMETERS.hidden
+def nested_other_widths(get_num_parameters):
+    """a parameter of the model's own beside modules nested three deep, random widths"""
+    for seed in range(2):
+        dim = randint(1, 9)
+        expect_reference_count(get_num_parameters, "nested", [dim], f"a model with its own scale ({dim}) and modules "
+                               "nested three deep", seed)
+
+
+@GET_NUM_PARAMETERS.hidden
 def named_model_with_an_unused_layer(get_num_parameters):
     """a residual tower, and a model with a layer its forward never calls (still a parameter)"""
     expect_reference_count(get_num_parameters, "tower", [3, 8, 16, 2, 4], "a tower of 2 residual blocks", 0)

@@ -118,13 +118,14 @@ def _counted(name):
 
 
 def vjp_report(vjp, name, x, v):
-    """The student's vjp(f, x, v) for the named f; how many backward passes through f it made; x afterwards."""
+    """The student's vjp(f, x, v) for the named f, on x itself (a trace of this call then tells whether anything
+    wrote into x); how many backward passes through f it made; x afterwards."""
     f, counter = _counted(name)
-    x_in = x.clone()
-    out = vjp(f, x_in, v)
-    report = {"vjp": out, "backward_calls": counter.backward, "batched_calls": counter.batched, "x_grad": x_in.grad,
-              "x_requires_grad": bool(x_in.requires_grad), "x_unchanged": bool(_equal(x_in.detach(), x))}
-    del f, out, x_in
+    before = x.detach().clone()
+    out = vjp(f, x, v)
+    report = {"vjp": out, "backward_calls": counter.backward, "batched_calls": counter.batched, "x_grad": x.grad,
+              "x_requires_grad": bool(x.requires_grad), "x_unchanged": bool(_equal(x.detach(), before))}
+    del f, out, before
     return report
 
 

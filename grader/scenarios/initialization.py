@@ -3,7 +3,10 @@
 init_mixture_ must fill its argument in place and hand back that very object, on a plain tensor and on a
 Parameter that requires grad. Object identity and a Parameter's autograd state do not cross to the grading
 process, so the tensor is made here, the student's function fills it, and what comes back is data: the
-values, whether the returned object was the argument, and the Parameter's state afterwards.
+values, whether the returned object was the argument, and the Parameter's state afterwards. "In place" is
+judged by memory, not by the name: the values come back as read through an alias of the argument's memory
+made before the call (what a transposed view's base, or an optimizer holding the Parameter, would read), and
+whether the argument still uses that memory afterwards (`w.data = ...` or `w.set_(...)` swap in other memory).
 
 seed_everything changes global random state, so it is called here, each generator is drawn from after
 each call, and the draws come back as lists of numbers. The scenario puts every generator's state (and the
@@ -40,35 +43,49 @@ def _blank(shape, dtype, layout):
     return _full(tuple(shape), _NAN, dtype=dtype)
 
 
+def _memory_of(weight):
+    """An alias of weight's memory, in weight's layout, and where that memory starts: taken before the call."""
+    return weight.detach(), weight.untyped_storage().data_ptr()
+
+
+def _filled(weight, memory, returned):
+    """What init_mixture_(weight) did, as data: `values` read through the alias made before the call (weight's
+    original memory), whether weight still uses that memory, and weight's own dtype and shape now."""
+    alias, start = memory
+    return {"returned_argument": returned is weight, "returned_type": type(returned).__name__,
+            "kept_memory": weight.untyped_storage().data_ptr() == start,
+            "dtype": str(weight.dtype), "shape": tuple(weight.shape), "values": alias.clone()}
+
+
 def mixture_fill(init_mixture_, shape, dtype, layout, seed, calls=1):
-    """init_mixture_ called on `calls` fresh NaN-filled tensors: for each, the values and whether it returned its
-    argument (`layout`: "contiguous" or "transposed", a non-contiguous 2-D view)."""
+    """init_mixture_ called on `calls` fresh NaN-filled tensors: for each, _filled's record (`layout`: "contiguous"
+    or "transposed", a non-contiguous 2-D view of a NaN-filled base)."""
     _manual_seed(seed)
     out = []
     for _ in range(calls):
         weight = _blank(shape, dtype, layout)
+        memory = _memory_of(weight)
         returned = init_mixture_(weight)
-        out.append({"returned_argument": returned is weight, "returned_type": type(returned).__name__,
-                    "values": weight.detach().clone()})
-        del weight, returned
+        out.append(_filled(weight, memory, returned))
+        del weight, memory, returned
     return out
 
 
 def mixture_parameter(init_mixture_, in_features, out_features, seed):
-    """init_mixture_ on a fresh nn.Linear's weight (a Parameter that requires grad, NaN-filled first):
-    whether it returned that Parameter, its values, and its state afterwards."""
+    """init_mixture_ on a fresh nn.Linear's weight (a Parameter that requires grad, NaN-filled first): _filled's
+    record, and whether layer.weight is still that Parameter, a trainable leaf, afterwards."""
     _manual_seed(seed)
     layer = _Linear(in_features, out_features)
     with _no_grad():
         layer.weight.fill_(_NAN)
     weight = layer.weight
+    memory = _memory_of(weight)
     returned = init_mixture_(layer.weight)
     after = layer.weight
-    out = {"returned_argument": returned is weight, "returned_type": type(returned).__name__,
-           "same_parameter": after is weight, "is_parameter": type(after) is _Parameter,
-           "requires_grad": bool(after.requires_grad), "is_leaf": bool(after.is_leaf),
-           "values": after.detach().clone()}
-    del layer, weight, returned, after
+    out = {**_filled(weight, memory, returned), "same_parameter": after is weight,
+           "is_parameter": type(after) is _Parameter, "requires_grad": bool(after.requires_grad),
+           "is_leaf": bool(after.is_leaf)}
+    del layer, weight, memory, returned, after
     return out
 
 

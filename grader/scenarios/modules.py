@@ -30,6 +30,8 @@ _named_modules = nn.Module.named_modules
 _state_dict = nn.Module.state_dict
 _registration_hook = _module_module.register_module_module_registration_hook
 _Sequential = nn.Sequential
+_register_forward_hook = nn.Module.register_forward_hook
+_unimplemented_forward = nn.Module.forward  # what a class that defines no forward inherits
 _load_state_dict = nn.Module.load_state_dict
 _train = nn.Module.train
 _to = nn.Module.to
@@ -100,13 +102,33 @@ def _graph_nodes(y):
     return sorted(found)
 
 
+def defines_forward(model):
+    """Whether the model's class defines forward (nn.Module's own raises NotImplementedError when called)."""
+    return getattr(type(model), "forward", _unimplemented_forward) is not _unimplemented_forward
+
+
+def called(model, *args):
+    """model(*args) with a forward hook attached, and how many times the hook ran: nn.Module.__call__ runs it around
+    forward, a class that replaces __call__ skips it (and every other hook)."""
+    runs = []
+    handle = _register_forward_hook(model, lambda module, inputs, output: runs.append(1))
+    try:
+        return model(*args), len(runs)
+    finally:
+        handle.remove()
+
+
 def _output_and_backward(model, x, g):
     """model(x), then backward of (output * g).sum() when the output is a tensor of g's shape that has a graph.
 
-    Also whether the forward left its input as it was (a module must not write into its input)."""
+    Also whether the forward left its input as it was (a module must not write into its input), and whether the call
+    went through nn.Module.__call__ to forward (`hooks_ran`); a class without forward is not called (`no_forward`)."""
+    if not defines_forward(model):
+        return {"no_forward": True, "output": None, "input_unchanged": True, "graph": [], "hooks_ran": 0}
     saved = x.detach().clone()
-    y = model(x)
-    report = {"output": _plain(y), "input_unchanged": _unchanged(x, saved), "graph": _graph_nodes(y)}
+    y, hooks_ran = called(model, x)
+    report = {"output": _plain(y), "input_unchanged": _unchanged(x, saved), "graph": _graph_nodes(y),
+              "hooks_ran": hooks_ran}
     # An input written in place can break the graph's saved tensors: no backward then, the check names the write.
     if (report["input_unchanged"] and type(y) in (_Tensor, _Parameter) and tuple(y.shape) == tuple(g.shape)
             and y.requires_grad):
@@ -158,6 +180,19 @@ class Twice(nn.Module):
         return self.shared(self.shared(x)[: self.rows])
 
 
+class Nested(nn.Module):
+    """A parameter of the model's own (`scale`) beside submodules nested three deep: every level holds parameters."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(dim))
+        inner = nn.Sequential(nn.Linear(dim, 2 * dim), nn.LayerNorm(2 * dim))
+        self.body = nn.Sequential(nn.Linear(dim, dim), nn.Sequential(nn.ReLU(), inner))
+
+    def forward(self, x):
+        return self.body(x * self.scale)
+
+
 def tied_lm(vocab, dim, bias=False):
     """Embedding and output layer sharing one (vocab, dim) weight, as in GPT-2: Sequential(embedding, head)."""
     embedding = nn.Embedding(vocab, dim)
@@ -191,6 +226,7 @@ MODELS = {
     "frozen": frozen,
     "tower": Tower,
     "twice": Twice,
+    "nested": Nested,
 }
 
 
@@ -201,6 +237,24 @@ def build_model(name, args, seed):
 
 
 # ---------------------------------------------------------------- MySequential and Concat
+
+_CONTAINERS_MODULE = _Sequential.__module__  # torch.nn.modules.container
+
+
+def borrowed_from_containers(cls):
+    """{"forward": "Sequential.forward"} when a class (or a base of its own, not torch's) takes its forward or __call__
+    from torch's containers by assignment (`forward = nn.Sequential.forward`): their code doing the job without the
+    class subclassing them. (A borrowed __iter__ or __len__ is a helper, not the job.)"""
+    found = {}
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("torch.") or klass.__module__ == "builtins":
+            continue
+        for name in ("forward", "__call__"):
+            fn = getattr(vars(klass).get(name), "__func__", vars(klass).get(name))
+            if callable(fn) and getattr(fn, "__module__", None) == _CONTAINERS_MODULE:
+                found.setdefault(name, getattr(fn, "__qualname__", name))
+    return found
+
 
 def sequential_report(MySequential, specs, x, g, seed, run=True):
     """MySequential(*modules built from specs): description, output on x, gradients of (output * g).sum().
@@ -218,7 +272,8 @@ def sequential_report(MySequential, specs, x, g, seed, run=True):
         model = MySequential(*modules)
         children = [child for _, child in _named_children(model)]
         report = {"classes": [f"{c.__module__}.{c.__qualname__}" for c in type(model).__mro__],
-                  "kept": [any(child is m for child in children) for m in modules]}
+                  "kept": [any(child is m for child in children) for m in modules],
+                  "borrowed": borrowed_from_containers(type(model))}
         if run:
             report.update(_output_and_backward(model, x, g))
     finally:
@@ -344,9 +399,12 @@ def running_mean_report(RunningMean, num_features, steps):
     for mode, batch in steps:
         _train(model, mode == "train")
         x = batch.detach().clone().requires_grad_(mode == "train")
-        y = model(x)
+        if not defines_forward(model):
+            report["no_forward"] = True
+            break
+        y, hooks_ran = called(model, x)
         report["steps"].append({"mode": mode, "output": _plain(y), "input_unchanged": _unchanged(x, batch),
-                                **_state(model)})
+                                "hooks_ran": hooks_ran, **_state(model)})
         del x, y
     del model
     return report

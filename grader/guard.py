@@ -1,0 +1,488 @@
+"""While a check calls the student's code: refuse what the exercise forbids, and record what the code did.
+
+One module, the same in the notebook (`grader.guard`) and in the grading kernel, where the bridge installs a copy
+from this file's text before any student code runs (as it installs grader/wire.py): so it imports torch and the
+standard library only. An exercise declares what it forbids once (`exercise(..., forbid=...)`, dotted names); a
+`Guard` refuses each of those objects *by identity*, whatever name, alias or route reaches it:
+
+* a Python function: its code is swapped for code that refuses (closures too), so every alias, every caller (C
+  code included) and every thread meets the refusal;
+* a builtin (a C function, a bound C method such as the autograd engine's `run_backward`, a method descriptor such
+  as `torch.Tensor.sum`): a profile hook (`sys.setprofile`, and `threading.setprofile` for threads started while it
+  runs) is told of every call Python code makes of a builtin, with the builtin object, and refuses the forbidden
+  ones whatever name reached them (an alias bound beforehand, a `getattr` string, a lambda, a class attribute);
+* an aten operator (`torch.ops.aten.silu`): the profile hook refuses the builtin each of its overloads calls (an
+  OpOverload bound beforehand included) and, while a trace is recorded, the dispatch mode refuses the operator itself,
+  from Python or from C (its attribute stays: torch looks the operator up there while it dispatches);
+* anything else (a class, a NumPy ufunc) and, again, every builtin: its attribute is replaced for the length of the
+  call (a lookup then finds a refusing Python function, which C code calling it meets too), and the objects the
+  student's code refers to (globals its code names, closures, defaults, `functools.partial`s, containers, its own
+  classes and their instances) are searched for it before the call: C code calling an alias bound beforehand
+  (`functools.partial(alias)`, `map(alias, ...)`) makes no Python call a profile hook could see.
+
+A refusal raises the caller's error (CheckFailure in the notebook, the kernel's Forbidden when grading). The student
+may catch it: the guard remembers every refusal, and `check()` raises the first after the call whatever it did.
+
+A `Guard` with `trace` also records, with a dispatch mode, what the code did (`data()`, plain data): each aten
+operator it ran (C code calling C code included: every tensor operation passes the dispatcher), the dtypes of the
+tensors they made, how many backward passes it started (distinct autograd graph tasks among the operators: every
+route into the engine), how many operators autograd recorded outside them (a graph being built), which of its
+arguments' storages an operator wrote, and with `lineage` which operators (with the dtype each computed in) the
+result's values came from.
+
+What escapes, and why. A profile hook sees calls *from Python code*: a builtin called by C code (`functools.partial`
+made of an alias kept where the search does not look, such as inside a library module, or reached through `gc`)
+is not seen; ctypes calls are not calls of builtins; threads started with `_thread.start_new_thread` get no hook.
+An aten operator reached by C code (a C binding other than the forbidden ones, a composite operator) is refused only
+while a trace runs, since a dispatch mode slows every operator down. The dispatch mode watches the calling thread
+(and what torch hands its state to, such as the CPU autograd engine); operators run with Python dispatch turned off
+(`torch._C._DisableTorchDispatch`) are neither traced nor refused there, and a backward pass that runs no operator
+is not counted. Code that rewrites the guard's own hook or pops its dispatch mode is caught only when it leaves them
+changed (the check after the call). These need a student who attacks the grader, which the grading kernel's tamper
+probe and sandbox are for; the guard closes every route that uses the library as a library.
+
+Cost: Python code runs slower under a profile hook (each call reports to it; about +16% on the SiLU scenario, with
+gradcheck inside), and every operator under a trace passes through Python: checks trace only where they judge
+the trace.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+import threading
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["Guard", "resolve", "check_names", "refusing_code"]
+
+# Bound when the module is made (in the grading kernel: before any student code ran).
+_Tensor = torch.Tensor
+_Packet = torch._ops.OpOverloadPacket
+_tree_leaves = torch.utils._pytree.tree_leaves
+_graph_task = torch._C._current_graph_task_id
+_grad_enabled = torch.is_grad_enabled
+_push_dispatch = torch._C._push_on_torch_dispatch_stack
+_pop_dispatch = torch._C._pop_torch_dispatch_stack
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_dispatch_at = torch._C._get_dispatch_stack_at
+_setprofile, _getprofile = sys.setprofile, sys.getprofile
+_set_thread_profile = threading.setprofile
+_get_thread_profile = getattr(threading, "getprofile", lambda: getattr(threading, "_profile_hook", None))
+_BUILTIN = type(len)                                  # a C function, or a C method bound to its object
+_DESCRIPTOR = type(str.join)                          # a C method of a class, unbound (torch.Tensor.sum)
+_HERE = (lambda: None).__code__.co_filename           # this module's code, whichever copy runs
+_ACTIVE = []                                          # the guard watching now (one at a time: nested ones stand by)
+# While a profile hook watches, calling these would switch it off: the hook refuses them too.
+_UNHOOK = ("sys.setprofile", "_lsprof.Profiler.enable", "_lsprof.Profiler.disable")
+_SEARCH_LIMIT = 20_000                                # objects looked at, at most, searching what the code holds
+_PLAIN = (str, bytes, bytearray, int, float, complex, bool, type(None), types.ModuleType, types.CodeType)
+
+
+def resolve(dotted: str) -> Any:
+    """The object at a dotted path, importing its top module; None when it does not exist."""
+    parts = dotted.split(".")
+    try:
+        obj = __import__(parts[0])
+        for part in parts[1:]:
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj
+
+
+def check_names(dotted_names: Iterable[str]) -> None:
+    """Fail loudly on a `forbid` entry that cannot name anything (not a dotted path of identifiers, or a top module
+    that is not installed). A name this torch lacks is allowed, and skipped when refusing: it cannot be called."""
+    import importlib.util
+    for dotted in dotted_names:
+        parts = dotted.split(".") if isinstance(dotted, str) else []
+        if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+            raise ValueError(f"forbid entry {dotted!r} is not a dotted name such as 'torch.broadcast_shapes'")
+        if parts[0] not in sys.modules and importlib.util.find_spec(parts[0]) is None:
+            raise ValueError(f"forbid entry {dotted!r} names module {parts[0]!r}, which is not installed")
+
+
+@functools.lru_cache(maxsize=1024)
+def refusing_code(raise_expression: str, freevars: int = 0) -> types.CodeType:
+    """The code of a function that raises `raise_expression` whatever it is called with, with `freevars` free
+    variables so that it also replaces a closure's code (a swap needs as many as the closure holds). Cached: a
+    guard is entered at every call into the student's code, and compiling is what would cost."""
+    names = [f"_free{i}" for i in range(freevars)]
+    source = "def _outer():\n" + "".join(f"    {n} = None\n" for n in names)
+    source += "    def refused(*args, **kwargs):\n"
+    source += f"        ({', '.join(names)},)\n" if names else ""
+    source += f"        raise {raise_expression}\n    return refused\n"
+    namespace = {}
+    exec(compile(source, "<forbidden>", "exec"), namespace)
+    return namespace["_outer"]().__code__
+
+
+def _refused(dotted: str) -> BaseException:
+    """What a swapped-in function raises: the watching guard's error, the refusal remembered (see Guard.check)."""
+    if _ACTIVE:
+        return _ACTIVE[-1].refuse(dotted)
+    return RuntimeError(f"{dotted} is forbidden here")
+
+
+def _key(t: torch.Tensor) -> int | None:
+    """A tensor's storage as a number, the same for every view of it; None where there is none."""
+    try:
+        return t.untyped_storage()._cdata
+    except Exception:
+        return None
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    """The tensors among an operator's arguments or results (a tensor, or a list or tuple of them, one level deep:
+    what aten schemas take); quicker than a pytree walk, which every operator would pay for."""
+    if isinstance(x, _Tensor):
+        return [x]
+    if type(x) in (tuple, list):
+        found = []
+        for v in x:
+            if isinstance(v, _Tensor):
+                found.append(v)
+            elif type(v) in (tuple, list):
+                found.extend(t for t in v if isinstance(t, _Tensor))
+        return found
+    return []
+
+
+class _Watch(TorchDispatchMode):
+    """A guard's dispatch mode: every aten operator passes here, whoever called it; it refuses the forbidden ones
+    and records what the operator did."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False  # else torch wraps __torch_dispatch__ in dynamo's disable: 800 modules imported (5 s), slower ops
+
+    def __init__(self, guard, ops, lineage):
+        super().__init__()
+        self.guard, self.refused_ops, self.lineage = guard, ops, lineage
+        self.counts, self.dtypes, self.tasks, self.written = {}, {}, set(), set()
+        self.graph_ops = 0
+        self.sources, self.kept = {}, []
+        self._names, self._writes = {}, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = func.overloadpacket
+        if packet in self.refused_ops:
+            raise self.guard.refuse(self.refused_ops[packet])
+        out = func(*args, **kwargs) if kwargs else func(*args)
+        self._note(func, packet, args, kwargs or {}, out)
+        return out
+
+    def _note(self, func, packet, args, kwargs, out):
+        name = self._names.get(packet)
+        if name is None:
+            name = self._names[packet] = str(packet)
+        self.counts[name] = self.counts.get(name, 0) + 1
+        task = _graph_task()
+        if task != -1:
+            self.tasks.add(task)
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = [(i, a.name) for i, a in enumerate(func._schema.arguments)
+                                           if a.alias_info is not None and a.alias_info.is_write]
+        written = set()
+        for i, arg_name in writes:
+            for t in _tensors(args[i] if i < len(args) else kwargs.get(arg_name)):
+                key = _key(t)
+                if key is not None:
+                    written.add(key)
+        self.written |= written
+        ins = _tensors(args)
+        if kwargs:
+            ins += _tensors(list(kwargs.values()))
+        if task == -1 and any(t.requires_grad for t in ins) and _grad_enabled():
+            self.graph_ops += 1  # autograd records this operator: a graph is being built
+        outs = _tensors(out)
+        for t in outs:
+            self.dtypes[t.dtype] = None
+        if self.lineage:
+            came = set()
+            for t in ins:
+                came |= self.sources.get(_key(t), set())
+            made = outs[0].dtype if outs else (ins[0].dtype if ins else None)
+            came.add(f"{name}:{str(made).removeprefix('torch.')}")
+            read = {_key(t) for t in ins}
+            for t in outs:
+                k = _key(t)
+                if k is None:
+                    continue
+                if k in written:      # in place (or out=): what was there, and what went in
+                    self.sources[k] = self.sources.get(k, set()) | came
+                elif k not in read:   # a new storage (a view keeps its base's history)
+                    self.sources[k] = set(came)
+                    self.kept.append(t.untyped_storage())  # alive to the end: no later storage reuses its number
+
+
+_LIBRARY_DIRS = []  # filled on first use: the grader package may be imported after this module
+
+
+def _library(filename: str) -> bool:
+    """Whether code from `filename` is a library's (the standard library, site-packages, torch, the grader, a text the
+    grader compiled): the search for what the student's code holds stops there."""
+    if not filename:
+        return False
+    if not _LIBRARY_DIRS:
+        dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+        dirs.add(os.path.dirname(os.path.dirname(torch.__file__)))
+        grader = getattr(sys.modules.get("grader"), "__file__", None)
+        if grader:
+            dirs.add(os.path.dirname(grader))
+        _LIBRARY_DIRS.extend(d for d in dirs if d)
+    return filename.startswith(("<grader", "<forbidden>", *_LIBRARY_DIRS))
+
+
+def _module_file(module_name: str) -> str:
+    """The file a module was loaded from ("" for one made in memory, such as a notebook's __main__)."""
+    return getattr(sys.modules.get(module_name), "__file__", None) or ""
+
+
+def _held(roots: Iterable[Any], wanted: dict[int, tuple[Any, str]]) -> str | None:
+    """The dotted name of the first forbidden object the student's code refers to, or None. Looked at: the globals its
+    code names, closures, defaults, partials, bound methods, containers, the student's own classes and instances.
+    `wanted` maps id(object) to (object, dotted name); a builtin bound to an object is a new object at each lookup, so
+    builtins are also compared by equality (the same C function bound to the same object)."""
+    bound = [(obj, dotted) for obj, dotted in wanted.values() if type(obj) is _BUILTIN]
+    seen, stack, looked = set(), list(roots), 0
+    while stack and looked < _SEARCH_LIMIT:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        looked += 1
+        hit = wanted.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        try:
+            t = type(obj)
+            if t is _BUILTIN:
+                for f, dotted in bound:
+                    if obj == f:
+                        return dotted
+            elif t in _PLAIN or isinstance(obj, _Tensor):
+                pass
+            elif t in (list, tuple, set, frozenset):
+                stack.extend(obj)
+            elif t is dict:
+                stack.extend(obj.values())
+            elif t is functools.partial:
+                stack.extend((obj.func, obj.args, obj.keywords))
+            elif t in (staticmethod, classmethod, types.MethodType):
+                stack.extend((obj.__func__, getattr(obj, "__self__", None)))
+            elif t is types.FunctionType:
+                if not _library(obj.__code__.co_filename):
+                    stack.extend(_function_refs(obj))
+            elif isinstance(obj, type):
+                if not _library(_module_file(obj.__module__)):
+                    stack.extend(vars(obj).values())
+            elif not _library(_module_file(t.__module__)):
+                stack.extend(object.__getattribute__(obj, "__dict__").values())
+        except Exception:
+            continue  # an object that does not let itself be looked into holds nothing the search can find
+    return None
+
+
+def _function_refs(fn: types.FunctionType) -> list[Any]:
+    """What a function refers to: its closure's contents, its defaults, and the globals its code names."""
+    refs = []
+    for cell in fn.__closure__ or ():
+        try:
+            refs.append(cell.cell_contents)
+        except ValueError:
+            pass
+    refs += [fn.__defaults__, fn.__kwdefaults__]
+    names, codes = set(), [fn.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if type(c) is types.CodeType)
+    space = fn.__globals__
+    return refs + [space[n] for n in names if n in space]
+
+
+def _same(called: Any, forbidden: Any) -> bool:
+    """Whether the builtin a profile hook reports is the forbidden one: the same C function bound to the same object,
+    or, for a method descriptor (torch.Tensor.sum), that method bound to an instance of its class."""
+    if type(forbidden) is _BUILTIN:
+        return called == forbidden
+    owner = getattr(called, "__self__", None)
+    return forbidden.__objclass__ in type(owner).__mro__ and forbidden.__get__(owner, type(owner)) == called
+
+
+def _put_back(owner: Any, attr: str, original: Any, own: bool) -> None:
+    if own or not isinstance(owner, type):
+        setattr(owner, attr, original)
+    else:  # inherited (Tensor.__getitem__ comes from TensorBase): leave no copy on the subclass
+        delattr(owner, attr)
+
+
+class Guard:
+    """For the length of a `with` block: the callables `forbid` names refuse (raising `error(dotted)`), and with
+    `trace` ({"lineage": bool}) what the code does is recorded (`data()`). `roots` are the student's objects, searched
+    for forbidden ones they hold. A guard entered while another watches stands by: the outer one refuses and records."""
+
+    def __init__(self, forbid: Iterable[str] = (), error: Callable[[str], BaseException] | None = None,
+                 roots: Iterable[Any] = (), trace: dict | None = None) -> None:
+        self.forbid = tuple(forbid)
+        self.error = error or (lambda dotted: RuntimeError(f"{dotted} is forbidden here"))
+        self.roots = tuple(roots)
+        self.trace = trace
+        self.refusals = []   # the dotted names refused, in order (kept when the student catches the error)
+        self.watching = False
+        self._undo, self._unhook, self._hook, self._watch, self._depth = [], None, None, None, 0
+
+    def refuse(self, dotted: str) -> BaseException:
+        """The error for a forbidden call, the refusal remembered."""
+        self.refusals.append(dotted)
+        return self.error(dotted)
+
+    def check(self) -> None:
+        """Raise the first refusal, if any: catching the error does not get a student past the check."""
+        if self.refusals:
+            raise self.error(self.refusals[0])
+
+    def __enter__(self) -> Guard:
+        if _ACTIVE:
+            return self
+        builtins, ops, wanted = {}, {}, {}
+        for dotted in self.forbid:
+            obj = resolve(dotted)
+            if obj is None:
+                continue  # a function this torch lacks (older or newer than the pin) cannot be called
+            if isinstance(obj, _Packet):
+                ops[obj] = dotted
+                for overload in (obj, *(getattr(obj, name, None) for name in obj.overloads())):
+                    op = getattr(overload, "_op", None)  # what OpOverload.__call__ calls, a builtin
+                    if type(op) is _BUILTIN:
+                        builtins.setdefault(op.__name__, []).append((op, dotted))
+                    wanted.setdefault(id(overload), (overload, dotted))
+            elif type(obj) in (_BUILTIN, _DESCRIPTOR):
+                builtins.setdefault(obj.__name__, []).append((obj, dotted))
+            if not isinstance(obj, types.FunctionType):
+                wanted.setdefault(id(obj), (obj, dotted))  # one object under two names: the first one declared
+        _ACTIVE.append(self)
+        self.watching = True
+        try:
+            found = _held(self.roots, wanted) if wanted else None
+            if found is not None:
+                raise self.refuse(found)
+            if builtins:  # first: what follows calls threading and torch functions the swap below may refuse
+                for dotted in _UNHOOK:
+                    obj = resolve(dotted)
+                    if type(obj) in (_BUILTIN, _DESCRIPTOR):
+                        builtins.setdefault(obj.__name__, []).append((obj, dotted))
+                self._install(builtins)
+            if self.trace is not None:  # a Python dispatch mode slows every operator down: only when a check asks
+                self._watch = _Watch(self, ops, bool(self.trace.get("lineage")))
+                self._depth = _dispatch_depth()
+                _push_dispatch(self._watch)  # the C call itself: a notebook may have replaced torch's Python helpers
+            self._replace()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _replace(self) -> None:
+        """Each forbidden name's attribute refuses for the length of the block, and each forbidden Python function's
+        code too (so an alias bound before, or C code calling it, meets the refusal)."""
+        swapped = set()
+        for dotted in self.forbid:
+            owner_path, attr = dotted.rsplit(".", 1)
+            owner = resolve(owner_path)
+            if owner is None or not hasattr(owner, attr):
+                continue
+            original = getattr(owner, attr)
+            if isinstance(original, _Packet):
+                continue  # the dispatch mode refuses the operator; torch looks its packet up while dispatching
+            expression = f"__import__({__name__!r}, fromlist=['_'])._refused({dotted!r})"
+            refusing = types.FunctionType(refusing_code(expression), {"__builtins__": __builtins__}, attr)
+            own = attr in getattr(owner, "__dict__", {})
+            try:
+                setattr(owner, attr, refusing)
+            except (AttributeError, TypeError):
+                pass  # an object that takes no attributes (the autograd engine): the profile hook refuses its methods
+            else:
+                self._undo.append(functools.partial(_put_back, owner, attr, original, own))
+            if type(original) is types.FunctionType and id(original) not in swapped:
+                swapped.add(id(original))
+                code = original.__code__
+                original.__code__ = refusing_code(expression, len(code.co_freevars))
+                self._undo.append(functools.partial(setattr, original, "__code__", code))
+
+    def _install(self, builtins: dict[str, list[tuple[Any, str]]]) -> None:
+        """The profile hook: each builtin that Python code calls is compared with the forbidden ones of its name."""
+        refuse, candidates_of = self.refuse, builtins.get
+
+        def hook(frame, event, arg):
+            if event == "c_call":
+                candidates = candidates_of(arg.__name__)
+                if candidates is not None and frame.f_code.co_filename != _HERE:
+                    for obj, dotted in candidates:
+                        if _same(arg, obj):
+                            raise refuse(dotted)
+
+        previous, previous_threads = _getprofile(), _get_thread_profile()
+        _set_thread_profile(hook)
+        _setprofile(hook)
+        self._hook = (hook, hook.__code__)
+        self._unhook = lambda: (_setprofile(previous), _set_thread_profile(previous_threads))
+
+    def __exit__(self, *exc: Any) -> bool:
+        if not self.watching:
+            return False
+        self.watching = False
+        try:
+            if self._hook is not None and not self.refusals:
+                hook, code = self._hook
+                if _getprofile() is not hook or hook.__code__ is not code:
+                    self.refusals.append("sys.setprofile")  # the code switched the guard's hook off, or rewrote it
+            for undo in reversed(self._undo):
+                undo()
+            self._undo = []
+            if self._watch is not None:
+                intact = _dispatch_depth() == self._depth + 1 and _dispatch_at(self._depth) is self._watch
+                if not intact and not self.refusals:
+                    self.refusals.append("torch._C._pop_torch_dispatch_stack")  # the code moved the guard's mode
+                while _dispatch_depth() > self._depth + 1:
+                    _pop_dispatch(None)   # a mode the student's code left behind
+                if _dispatch_depth() == self._depth + 1 and _dispatch_at(self._depth) is self._watch:
+                    _pop_dispatch(None)
+        finally:
+            if self._unhook is not None:
+                self._unhook()
+                self._unhook = None
+            _ACTIVE.remove(self)
+        return False
+
+    def data(self, args: tuple = (), result: Any = None) -> dict | None:
+        """The trace as plain data (None when none was asked for, or an outer guard watched): the operators run and how
+        often, the dtypes they made, the backward passes started, how many operators outside them autograd recorded
+        (an input requires grad, grad mode on), which positional arguments' storages an operator wrote and, with
+        lineage, the operators the result's values came from ("aten.bitwise_and:int32")."""
+        watch = self._watch
+        if watch is None:
+            return None
+        written = [i for i, a in enumerate(args) if isinstance(a, _Tensor) and _key(a) in watch.written]
+        lineage = None
+        if watch.lineage:
+            came = set()
+            try:
+                leaves = _tree_leaves(result)
+            except Exception:
+                leaves = []
+            for t in leaves:
+                if isinstance(t, _Tensor):
+                    came |= watch.sources.get(_key(t), set())
+            lineage = sorted(came)
+        return {"ops": dict(watch.counts), "dtypes": [str(d).removeprefix("torch.") for d in watch.dtypes],
+                "backward_passes": len(watch.tasks),
+                "graph_ops": watch.graph_ops, "written": written, "lineage": lineage}
