@@ -57,7 +57,8 @@ class Exercise:
         name = fn.__name__
         if any(c.name == name for c in self.checks):
             raise ValueError(f"{self.id}: two checks named {name!r}")
-        self.checks.append(Check(name, doc.splitlines()[0], fn, hidden, weight, timeout))
+        # The student's line is the docstring's first paragraph, however many lines it wraps onto.
+        self.checks.append(Check(name, " ".join(doc.split("\n\n", 1)[0].split()), fn, hidden, weight, timeout))
         return fn
 
     def check(self, fn: CheckFn | None = None, *, weight: float = 1.0, timeout: float | None = None):

@@ -76,6 +76,38 @@ def student_release(tmp_path_factory, request) -> StudentRelease:
     return StudentRelease(root / "build" / "student.zip", folder, folder / ".venv" / "bin" / "python")
 
 
+DEMO_GRADED = ("Ada Lovelace",)
+
+
+@pytest.fixture(scope="session")
+def demo_out(tmp_path_factory, request) -> Path:
+    """`make grade` over the demo cohort's solved student, every chapter, workers from a forkserver (as where torch
+    is built with CUDA): graded once per run and shared by every worker (tests/test_demo_grading.py judges it;
+    tests/test_gpu_grading.py compares a grading with a simulated GPU against it)."""
+    from tests.inprocess import run_grader
+
+    def build(out: Path) -> Path:
+        cohort = out.parent / "demo-cohort"
+        shutil.rmtree(cohort, ignore_errors=True)
+        for student in DEMO_GRADED:
+            shutil.copytree(ROOT / "demo" / "submissions" / student, cohort / student)
+        run = run_grader("grade", str(cohort), "--out", str(out), "--workers", "2", forkserver=True)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return out
+
+    if not hasattr(request.config, "workerinput"):
+        return build(tmp_path_factory.mktemp("demo") / "grades")
+    shared = tmp_path_factory.getbasetemp().parent
+    with FileLock(str(shared / "demo-grades.lock")):
+        root = shared / "demo-grades"
+        if not (root / "built.ok").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(root / "grades")
+            (root / "built.ok").touch()
+    return root / "grades"
+
+
 @dataclass
 class TranslatedRelease:
     zip: Path       # dist/student-zh.zip as built

@@ -77,7 +77,10 @@ class Colab:
                            transport="ipc", ip=str(self.root / "kernel"))  # private sockets, as selfcheck's
         client = NotebookClient(nb, km=km, timeout=300, allow_errors=True, record_timing=False,
                                 resources={"metadata": {"path": str(cwd)}})
-        client.execute(env=env_without_repo())
+        try:
+            client.execute(env=env_without_repo())
+        finally:  # nbclient ends only a kernel it made itself: this one is ours to end
+            km.shutdown_kernel(now=True)
         return nb
 
 

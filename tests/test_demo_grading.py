@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -21,23 +20,11 @@ import pytest
 
 from grader import chapters, registry, runner
 from grader.results import NOT_IMPLEMENTED
-from tests.inprocess import run_grader
 from tests.test_lab import solution_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "demo" / "submissions"
-GRADED = ("Ada Lovelace",)
-
-
-@pytest.fixture(scope="module")
-def demo_out(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("demo-grades")
-    cohort = tmp_path_factory.mktemp("demo-cohort")
-    for student in GRADED:
-        shutil.copytree(DEMO / student, cohort / student)
-    run = run_grader("grade", str(cohort), "--out", str(out), "--workers", "2", forkserver=True)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return out
+from tests.conftest import DEMO_GRADED as GRADED  # the demo_out fixture (conftest) grades them
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ def test_tampering_is_named_and_the_independent_result_reported(graded):
     _, out, _ = graded
     msg = {(r["student"], r["exercise"]): r["message"] for r in rows(out)}
     assert "grader.check" in msg[("patched grader", "tensors.same_storage")]
-    assert "would have scored 1.14/2 (4/7 checks passed)" in msg[("patched grader", "tensors.same_storage")]
+    assert "would have scored 1/2 (4/8 checks passed)" in msg[("patched grader", "tensors.same_storage")]
     assert "torch.allclose" in msg[("patched allclose", "tensors.attention_scores")]
     assert "would have scored 0/2" in msg[("patched allclose", "tensors.attention_scores")]
     assert "would have scored 3/3" in msg[("patched allclose", "tensors.element_offset")]
@@ -190,9 +190,13 @@ def test_a_killed_run_resumes_to_the_same_outputs(tmp_path):
     # them with every cell gives the same grades (issue 29: what grading skips must change no grade).
     cells = {json.loads(p.read_text(encoding="utf-8"))["cells"] for p in (reference / ".state").rglob("*.json")}
     assert cells and all(c.startswith("skipped") and "demonstration cells" in c for c in cells), cells
-    whole = tmp_path / "whole"
-    assert grade(demo, whole, "--whole-notebooks", workers=1).returncode == 0
-    assert (whole / "grades.csv").read_bytes() == (reference / "grades.csv").read_bytes()
+    # Chloé's half-solved notebook alone (a notebook's demonstrations are skipped or run the same way whoever wrote
+    # it): what she passes needs the cells the analysis kept, what she left needs none.
+    chloe_only, whole = tmp_path / "chloe", tmp_path / "whole"
+    chloe_only.mkdir()
+    shutil.copy(demo / "Chloé Dubois.zip", chloe_only)
+    assert grade(chloe_only, whole, "--whole-notebooks", workers=1).returncode == 0
+    assert rows(whole) == [r for r in graded if r["student"] == "Chloé Dubois"]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "grader", *grade_args(demo, out, workers=1)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -19,7 +19,9 @@ LOAD = "from grader import registry; print(len(registry.load(hidden=True).exerci
 
 @pytest.fixture
 def package(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "grader", tmp_path / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    # With its bytecode (copied with the sources' times, so still valid): each load then compiles only what a test
+    # changed, not the whole package again.
+    shutil.copytree(ROOT / "grader", tmp_path / "grader")
     return tmp_path
 
 
@@ -106,3 +108,17 @@ def test_grading_refuses_to_start_without_a_chapters_hidden_checks(package: Path
     assert run.returncode != 0
     assert "chapter 01_tensors has no module grader.hidden.tensors" in run.stderr, run.stderr[-2000:]
     assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_a_checks_line_is_its_docstrings_whole_first_paragraph() -> None:
+    """Caught: a description cut at the docstring's first line break ("9.9 gives 9.9e11, 10.1 the")."""
+    from grader.registry import Exercise
+    ex = Exercise("any.thing", 1, ("thing",))
+
+    def wraps():
+        """peak 1e12 FLOP/s and bandwidth 1e11 B/s: 9.9 gives 9.9e11, 10.1 the
+        peak
+
+        Details a student does not need."""
+    ex._add(wraps, hidden=False, weight=1.0, timeout=None)
+    assert ex.checks[0].description == "peak 1e12 FLOP/s and bandwidth 1e11 B/s: 9.9 gives 9.9e11, 10.1 the peak"

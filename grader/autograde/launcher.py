@@ -16,16 +16,16 @@ from grader.autograde.diskwatch import EXCHANGE_BYTES, EXCHANGE_ENTRIES, FOLDER_
 from grader.autograde.sandbox import Isolation
 
 _LAUNCH = str(Path(__file__).with_name("launch.py"))  # by path: see launch.py
-# A Unix socket's path holds at most 107 bytes (sun_path); the longest the kernel binds is its folder for the
-# sockets plus "/kernel-" and a port-like number. Past this, ZMQ fails with "File name too long".
-SOCKET_PATH_MAX = 100
+# A Unix socket's path holds at most 107 bytes (sun_path); the kernel binds its folder for the sockets plus
+# "/kernel-1" to "/kernel-5" (jupyter_client numbers ipc "ports" from 1). Past this, ZMQ fails: "File name too long".
+SOCKET_PATH_MAX = 107
 
 
 def scratch_base() -> str:
     """Where a grading run puts its notebooks' folders: the temporary folder, unless its path is too long for the
     kernels' Unix sockets, which live 5 folders down (a test's TMPDIR can be); then /tmp."""
     base = tempfile.gettempdir()
-    if len(base) + 52 + len("/kernel-65535") <= SOCKET_PATH_MAX:
+    if len(base) + 52 + len("/kernel-9") <= SOCKET_PATH_MAX:
         return base
     if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK):
         return "/tmp"
@@ -113,7 +113,7 @@ class Launcher:
     def _socket_path(self) -> str:
         """The prefix of the kernel's socket files; too long a path fails here, by name, not inside ZMQ."""
         path = os.path.join(self.ipc, "kernel")
-        if len(path) + len("-65535") > SOCKET_PATH_MAX:
+        if len(path) + len("-9") > SOCKET_PATH_MAX:
             raise RuntimeError(f"the kernel's socket folder {self.ipc!r} is too long a path for a Unix socket "
                                f"(at most {SOCKET_PATH_MAX} bytes): grade from a shorter temporary folder (TMPDIR)")
         return path
