@@ -17,7 +17,8 @@ import nbformat
 from tests.hazards import exercises_only
 
 ROOT = Path(__file__).resolve().parents[1]
-AUTOGRAD = ["linear_loss_grad", "vjp", "jacobian", "silu", "gradient_norm_penalty", "accumulate_step"]
+AUTOGRAD = ["linear_loss_grad", "vjp", "jacobian", "silu", "gradient_norm_penalty", "accumulate_step",
+            "penalty_step_flops"]
 DDP = ["ring_allreduce", "allreduce_traffic", "zero_memory", "shard_indices", "average_gradients", "ddp_train",
        "pipeline_bubble", "parallel_layout"]
 

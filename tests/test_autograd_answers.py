@@ -6,7 +6,10 @@ import functools
 
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
 from grader.results import ERROR
 from grader.runner import run_exercise
@@ -211,6 +214,37 @@ def accumulate_divide_after(model, loss_fn, micro_batches, optimizer):
     optimizer.step()
 
 
+def psf_closed_form(batch, dims):
+    layers = [2 * batch * a * b for a, b in zip(dims, dims[1:])]
+    s, first = sum(layers), layers[0]
+    return {"forward": s, "backward": 2 * s - first, "double_backward": 6 * s - 4 * first, "total": 9 * s - 5 * first}
+
+
+def psf_matmul_by_matmul(batch, dims):
+    """Every matmul of each pass listed with the operands that need a gradient: a matmul's backward is one matmul of
+    its size per such operand."""
+    size = [2 * batch * a * b for a, b in zip(dims, dims[1:])]
+    forward = sum(size)
+    # the forward's matmuls h_(i-1) W_i^T: W_i always needs a gradient, h_(i-1) unless it is x
+    backward = sum(s * (1 + (i > 0)) for i, s in enumerate(size))
+    # the first backward's matmuls: g_i^T h_(i-1) (g_i depends on the parameters; h_(i-1) unless x) and, above the
+    # first layer, g_i W_i (both do); the forward's matmuls are differentiated again too
+    recorded = sum(s * (1 + (i > 0)) for i, s in enumerate(size)) + sum(2 * s for s in size[1:])
+    double = backward + recorded
+    return {"forward": forward, "backward": backward, "double_backward": double, "total": forward + backward + double}
+
+
+def psf_per_layer(batch, dims):
+    """Layer by layer, from the weights per layer: 1 forward, 1 or 2 backward, 2 or 6 double backward."""
+    out = dict.fromkeys(("forward", "backward", "double_backward"), 0)
+    for i, (a, b) in enumerate(zip(dims, dims[1:])):
+        mm = 2 * batch * a * b
+        out["forward"] += mm
+        out["backward"] += mm if i == 0 else 2 * mm
+        out["double_backward"] += 2 * mm if i == 0 else 6 * mm
+    return {**out, "total": sum(out.values())}
+
+
 CORRECT = [
     ("linear_loss_grad", [lambda x, w, target: x.T @ (x @ w - target)]), ("linear_loss_grad", [linear_grad_einsum]),
     ("linear_loss_grad", [linear_grad_addmm]), ("linear_loss_grad", [linear_grad_rows]),
@@ -222,6 +256,8 @@ CORRECT = [
     ("silu", [SiLUSavesOutput, silu_saves_output]), ("silu", [SiLUSetupContext, silu_setup_context]),
     ("accumulate_step", [accumulate_scaled]), ("accumulate_step", [accumulate_manual]),
     ("accumulate_step", [accumulate_divide_after]),
+    ("penalty_step_flops", [psf_closed_form]), ("penalty_step_flops", [psf_matmul_by_matmul]),
+    ("penalty_step_flops", [psf_per_layer]),
 ]
 
 
@@ -726,6 +762,126 @@ def penalty_rebuilt(loss, params):
     return torch.tensor(float(penalty_cat(loss, params)), dtype=torch.float64, requires_grad=True)
 
 
+def psf_no_second_backward(batch, dims):
+    """Counts the forward and the first backward: the backward of loss + penalty left out."""
+    right = psf_closed_form(batch, dims)
+    return {**right, "double_backward": 0, "total": right["forward"] + right["backward"]}
+
+
+def psf_first_backward_once(batch, dims):
+    """The second pass priced as one more plain backward: the first backward's recorded graph is not differentiated."""
+    right = psf_closed_form(batch, dims)
+    return {**right, "double_backward": right["backward"], "total": right["forward"] + 2 * right["backward"]}
+
+
+def psf_twice_the_graph(batch, dims):
+    """The rule of thumb: two matmuls per matmul of both graphs, x's included."""
+    right = psf_closed_form(batch, dims)
+    double = 2 * (right["forward"] + right["backward"])
+    return {**right, "double_backward": double, "total": right["forward"] + right["backward"] + double}
+
+
+def psf_x_needs_a_gradient(batch, dims):
+    """The plain backward right, but the second pass priced as if x needed a gradient."""
+    right = psf_closed_form(batch, dims)
+    double = 6 * right["forward"]
+    return {**right, "double_backward": double, "total": right["forward"] + right["backward"] + double}
+
+
+def psf_x_gradient_everywhere(batch, dims):
+    """Every layer alike, x's gradient counted in both backward passes."""
+    s = sum(2 * batch * a * b for a, b in zip(dims, dims[1:]))
+    return {"forward": s, "backward": 2 * s, "double_backward": 6 * s, "total": 9 * s}
+
+
+def psf_by_forwards(batch, dims):
+    """Section 8's square-layer ratio, 9 - 5/depth forwards, applied to any widths: a float, and wrong."""
+    right = psf_closed_form(batch, dims)
+    depth = len(dims) - 1
+    total = (9 - 5 / depth) * right["forward"]
+    return {**right, "double_backward": total - right["forward"] - right["backward"], "total": total}
+
+
+def psf_through_floats(batch, dims):
+    """The right formula in floating point, rounded back to int: exact only below 2**53."""
+    layers = [2.0 * batch * a * b for a, b in zip(dims, dims[1:])]
+    s, first = sum(layers), layers[0]
+    return {"forward": int(s), "backward": int(2 * s - first), "double_backward": int(6 * s - 4 * first),
+            "total": int(9 * s - 5 * first)}
+
+
+def psf_total_left_out(batch, dims):
+    right = psf_closed_form(batch, dims)
+    return {**right, "total": right["forward"] + right["backward"]}
+
+
+def psf_one_row(batch, dims):
+    """Counts one row of the batch."""
+    return psf_closed_form(1, dims)
+
+
+def psf_tuple(batch, dims):
+    r = psf_closed_form(batch, dims)
+    return r["forward"], r["backward"], r["double_backward"], r["total"]
+
+
+def _tanh_mlp(dims, device):
+    layers = []
+    for a, b in zip(dims, dims[1:]):
+        layers += [nn.Linear(a, b, bias=False, device=device), nn.Tanh()]
+    return nn.Sequential(*layers[:-1])
+
+
+def psf_flop_counter_on_meta(batch, dims):
+    """The shortcut: torch's counter on the real step, on the meta device (shapes only). Refused."""
+    model = _tanh_mlp(dims, "meta")
+    params = list(model.parameters())
+    x, y = torch.empty(batch, dims[0], device="meta"), torch.empty(batch, dims[-1], device="meta")
+    counts = {}
+    with FlopCounterMode(display=False) as c:
+        loss = F.mse_loss(model(x), y)
+    counts["forward"] = c.get_total_flops()
+    with FlopCounterMode(display=False) as c:
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+    counts["backward"] = c.get_total_flops()
+    with FlopCounterMode(display=False) as c:
+        torch.autograd.grad(loss + 0.1 * torch.stack([(g * g).sum() for g in grads]).sum().sqrt(), params)
+    counts["double_backward"] = c.get_total_flops()
+    return {**counts, "total": sum(counts.values())}
+
+
+class _MatmulCounter(TorchDispatchMode):
+    """A counter of one's own: 2mkn for every aten.mm it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.mm.default:
+            (m, k), (_, n) = args[0].shape, args[1].shape
+            self.flops += 2 * m * k * n
+        return func(*args, **(kwargs or {}))
+
+
+def psf_own_counter_on_meta(batch, dims):
+    """The real step on the meta device under a counter of its own: right wherever the weights can exist."""
+    model = _tanh_mlp(dims, "meta")
+    params = list(model.parameters())
+    x, y = torch.empty(batch, dims[0], device="meta"), torch.empty(batch, dims[-1], device="meta")
+    counts = {}
+    with _MatmulCounter() as c:
+        loss = F.mse_loss(model(x), y)
+    counts["forward"] = c.flops
+    with _MatmulCounter() as c:
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+    counts["backward"] = c.flops
+    with _MatmulCounter() as c:
+        torch.autograd.grad(loss + 0.1 * torch.stack([(g * g).sum() for g in grads]).sum().sqrt(), params)
+    counts["double_backward"] = c.flops
+    return {**counts, "total": sum(counts.values())}
+
+
 W = Wrong
 WRONG = [
     # linear_loss_grad: autograd (or torch.func) in a by-hand gradient is refused, naming the call
@@ -823,6 +979,21 @@ WRONG = [
     W("accumulate_step", accumulate_by_rows, "four_micro_batches_sgd", "against one step on the concatenated batch"),
     W("accumulate_step", accumulate_concatenated, "four_micro_batches_sgd", "run it on one micro-batch"),
     W("accumulate_step", accumulate_zero_after, "four_micro_batches_sgd", "after the step, 0.weight.grad is None"),
+    # penalty_step_flops: a pass left out or mispriced, each told what it counted
+    W("penalty_step_flops", psf_no_second_backward, "one_hidden_layer", "second backward pass is missing"),
+    W("penalty_step_flops", psf_first_backward_once, "one_hidden_layer", "that is one plain backward"),
+    W("penalty_step_flops", psf_twice_the_graph, "one_hidden_layer", "that is 2 x (forward + backward)"),
+    W("penalty_step_flops", psf_x_needs_a_gradient, "one_hidden_layer", "gradients with respect to x"),
+    W("penalty_step_flops", psf_x_gradient_everywhere, "one_hidden_layer", "counts the first layer's input gradient"),
+    W("penalty_step_flops", psf_by_forwards, "one_hidden_layer", "should be a Python int, got the float"),
+    W("penalty_step_flops", psf_through_floats, "shapes_no_tensor_can_hold", "FlopCounterMode counts"),
+    W("penalty_step_flops", psf_total_left_out, "one_hidden_layer", "forward + backward + double_backward"),
+    W("penalty_step_flops", psf_one_row, "one_hidden_layer", "for one row of the batch"),
+    W("penalty_step_flops", psf_tuple, "one_hidden_layer", "should return a dict"),
+    # the counter: torch's is refused by name; one's own runs out of room at sizes no tensor can hold
+    W("penalty_step_flops", psf_flop_counter_on_meta, "one_hidden_layer",
+      "not call torch.utils.flop_counter.FlopCounterMode"),
+    W("penalty_step_flops", psf_own_counter_on_meta, "shapes_no_tensor_can_hold", "more than 2**63 elements"),
 ]
 
 
@@ -841,6 +1012,38 @@ def test_the_batched_jacobians_are_right_in_every_value(answer):
     for name, f in FUNCTIONS.items():
         x = torch.randn(2, 3, dtype=torch.float64)
         torch.testing.assert_close(answer(f, x), torch.autograd.functional.jacobian(f, x), rtol=1e-9, atol=1e-12)
+
+
+def test_penalty_step_flops_literals_are_what_flop_counter_counts():
+    """The public checks' literals: FlopCounterMode on the real step for the small sizes; for sizes no tensor can hold,
+    the per-layer counts measured on real models (the hidden oracle), which agree with chapter 04's mlp_flops."""
+    from grader.exercises.autograd import PENALTY_HUGE
+    from grader.hidden.autograd import counted_penalty_step, extrapolated
+    assert counted_penalty_step(4, [3, 5, 2]) == {"forward": 200, "backward": 280, "double_backward": 720,
+                                                  "total": 1200}
+    assert counted_penalty_step(2, [3, 4]) == {"forward": 48, "backward": 48, "double_backward": 96, "total": 192}
+    assert counted_penalty_step(3, [4, 6, 5, 2]) == {"forward": 384, "backward": 624, "double_backward": 1728,
+                                                     "total": 2736}
+    assert extrapolated(3, [2**32 + 1, 2**32 + 3, 5]) == PENALTY_HUGE[0]
+    assert extrapolated(2**20, [7, 2**62, 8]) == PENALTY_HUGE[1]
+    # chapter 04's mlp_flops(2**20, [7, 2**62, 8]) for the forward and the backward
+    assert (PENALTY_HUGE[1]["forward"], PENALTY_HUGE[1]["backward"]) == (
+        145_071_098_353_755_500_964_741_120, 222_442_350_809_091_768_145_936_384)
+
+
+def test_penalty_step_flops_oracle_extrapolates_what_it_measures():
+    """The hidden oracle's per-layer counts, taken at width 1 and 2, give FlopCounterMode's count at other sizes."""
+    from grader.hidden.autograd import counted_penalty_step, extrapolated
+    for batch, dims in [(5, [7, 3, 9, 2]), (2, [11, 4]), (3, [2, 6, 6, 5, 3, 4])]:
+        assert extrapolated(batch, dims) == counted_penalty_step(batch, dims)
+
+
+def test_penalty_step_flops_shortcuts_do_the_whole_job():
+    """Torch's counter on the meta device and a counter of one's own pass the small public checks' sizes: only the
+    refusal and the sizes no tensor can hold stop them."""
+    for answer in (psf_flop_counter_on_meta, psf_own_counter_on_meta):
+        assert answer(4, [3, 5, 2]) == psf_closed_form(4, [3, 5, 2])
+        assert answer(3, [4, 6, 5, 2]) == psf_closed_form(3, [4, 6, 5, 2])
 
 
 @pytest.mark.parametrize("answer", [linear_grad_engine, linear_grad_engine_class, linear_grad_engine_partial,

@@ -13,7 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from grader.expect import call, describe, expect, expect_tensor, expect_tensor_like, fail
+from grader.expect import (CheckFailure, call, describe, expect, expect_equal, expect_tensor, expect_tensor_like, fail,
+                           factor_hint)
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -51,6 +52,14 @@ SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"),
                 forbid=("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_", "torch.ops.aten.silu",
                         "torch.ops.aten.silu_"))
 ACCUMULATE_STEP = exercise("autograd.accumulate_step", points=3)
+# penalty_step_flops is arithmetic on sizes: torch's counter on a real step would do the job in one call, so it is
+# refused while the student's function runs (the class and entering it, under any name), and so are its per-op
+# formulas; a counter of one's own that runs a model is stopped by sizes no tensor can hold.
+PENALTY_STEP_FLOPS = exercise("autograd.penalty_step_flops", points=3,
+                              forbid=("torch.utils.flop_counter.FlopCounterMode.__enter__",
+                                      "torch.utils.flop_counter.FlopCounterMode",
+                                      *(f"torch.utils.flop_counter.{name}" for name in ("mm_flop", "addmm_flop",
+                                                                                        "bmm_flop", "baddbmm_flop"))))
 
 
 def _tolerance(dtype: torch.dtype) -> dict:
@@ -478,3 +487,117 @@ def stale_gradients_do_not_count(accumulate_step):
     """gradients left in the model from before must not leak into the step"""
     expect_accumulate(accumulate_step, SPEC, 2, "float32", "mse", "sgd", 0.1, batches(2, 4, 3, 2), True,
                       "2 micro-batches of 4 and stale gradients in the model")
+
+
+# ---------------------------------------------------------------- penalty_step_flops
+
+PASSES = ("forward", "backward", "double_backward")
+# What FlopCounterMode would count at sizes no tensor can hold (literals; tests/test_autograd_answers.py derives them
+# from per-layer counts measured on real models). Odd widths past 2**32: a float rounds these counts.
+PENALTY_HUGE = ({"forward": 110_680_464_674_185_543_788, "backward": 110_680_464_803_034_562_758,
+                 "double_backward": 221_360_929_863_767_163_456, "total": 442_721_859_340_987_270_002},
+                {"forward": 145_071_098_353_755_500_964_741_120, "backward": 222_442_350_809_091_768_145_936_384,
+                 "double_backward": 599_627_206_528_856_070_654_263_296,
+                 "total": 967_140_655_691_703_339_764_940_800})
+
+
+def expect_int(value, what: str) -> int:
+    """A FLOP count is a Python int, exactly: not a float (exact only up to 2**53), a NumPy integer or a tensor."""
+    if type(value) is int:
+        return value
+    if type(value) is float and math.isfinite(value) and value == int(value):
+        fail(f"{what} should be a Python int, got the float {value!r}: a float holds every integer only up to 2**53 "
+             "(about 9e15), and FLOP counts go far beyond; count with ints (// where you divide)")
+    fail(f"{what} should be a Python int, got {describe(value)}")
+    raise AssertionError("unreachable")
+
+
+def at_sizes_no_tensor_can_hold(fn, name: str):
+    """The student's `fn`, called where a weight of the sizes asked for would hold more than 2**63 elements: an error
+    there means the code built tensors (a model run under a counter, on the meta device or not) instead of doing
+    arithmetic on the sizes, and the failure says so."""
+    def called(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (NotImplementedError, CheckFailure):  # a stub, or a forbidden call already refused
+            raise
+        except Exception as e:
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+            fail(f"{name}({shown}) raised {type(e).__name__}: {first[:120]}. A weight of these sizes would hold more "
+                 "than 2**63 elements, which no tensor can, not even on the meta device. A count is arithmetic on "
+                 "the sizes: compute it instead of running a model")
+    return called
+
+
+def _double_backward_hint(got: int, want: dict[str, int], x_layer: int) -> str:
+    """What a wrong double-backward count most likely left out or added, from the expected counts alone."""
+    if got == 0:
+        return (" (0: the step's second backward pass is missing; backpropagating loss + penalty differentiates the "
+                "graph the forward recorded and the graph the first backward recorded)")
+    if got == want["backward"]:
+        return (" (that is one plain backward, through the forward's graph alone; the second pass also "
+                "differentiates the graph the first backward recorded, with create_graph=True: price its matmuls "
+                "too)")
+    if got == 2 * (want["forward"] + want["backward"]):
+        return (" (that is 2 x (forward + backward), two matmuls for every matmul of both graphs; but a matmul with "
+                "x as an operand costs one, since x needs no gradient: the forward's first layer, and the first "
+                "backward's weight gradient of that layer)")
+    if got == want["double_backward"] + 4 * x_layer:
+        return (" (that counts gradients with respect to x, which needs none: in the second pass, no matmul is run "
+                "for x's gradient, nor for a gradient that only x's would need)")
+    return factor_hint(got, want["double_backward"])
+
+
+def expect_penalty_flops(penalty_step_flops, batch: int, dims: list[int], want: dict[str, int], how: str = "") -> None:
+    """penalty_step_flops(batch, dims) returns exactly `want` (what FlopCounterMode counts for the real step), as a
+    dict of Python ints whose total is the sum of the three passes."""
+    what = f"penalty_step_flops({batch}, {how or dims})"
+    got = penalty_step_flops(batch, list(dims))
+    if type(got) is not dict:
+        fail(f"{what} should return a dict, got {describe(got)}")
+    expect_equal(sorted(map(str, got)), sorted((*PASSES, "total")), f"{what}'s keys")
+    values = {key: expect_int(got[key], f"{what}[{key!r}]") for key in (*PASSES, "total")}
+    x_layer = 2 * batch * dims[0] * dims[1]  # the size of the first layer's matmul, the one whose operand is x
+    for key in PASSES:
+        if values[key] == want[key]:
+            continue
+        hint = factor_hint(values[key], want[key])
+        if key == "forward" and batch > 1 and values[key] * batch == want[key]:
+            hint = " (that is for one row of the batch: every row goes through every layer)"
+        elif key == "backward" and values[key] == want[key] + x_layer:
+            hint = (" (that counts the first layer's input gradient, but x does not require grad, so autograd never "
+                    "computes it)")
+        elif key == "double_backward":
+            hint = _double_backward_hint(values[key], want, x_layer)
+        fail(f"{what}[{key!r}] is {values[key]:,}; FlopCounterMode counts {want[key]:,} for the real step{hint}")
+    expect(values["total"] == sum(values[key] for key in PASSES),
+           f"{what}['total'] is {values['total']:,}; it should be forward + backward + double_backward")
+
+
+@PENALTY_STEP_FLOPS.check
+def one_hidden_layer(penalty_step_flops):
+    """batch 4, dims [3, 5, 2]: forward 200, backward 280, double backward 720, total 1,200"""
+    expect_penalty_flops(penalty_step_flops, 4, [3, 5, 2],
+                         {"forward": 200, "backward": 280, "double_backward": 720, "total": 1200})
+
+
+@PENALTY_STEP_FLOPS.check
+def one_layer_and_three(penalty_step_flops):
+    """batch 2, dims [3, 4] (one layer: 48, 48, 96) and batch 3, dims [4, 6, 5, 2] (384, 624, 1,728)"""
+    expect_penalty_flops(penalty_step_flops, 2, [3, 4],
+                         {"forward": 48, "backward": 48, "double_backward": 96, "total": 192})
+    expect_penalty_flops(penalty_step_flops, 3, [4, 6, 5, 2],
+                         {"forward": 384, "backward": 624, "double_backward": 1728, "total": 2736})
+
+
+@PENALTY_STEP_FLOPS.check
+def shapes_no_tensor_can_hold(penalty_step_flops):
+    """batch 3, dims [2**32 + 1, 2**32 + 3, 5], and batch 2**20, dims [7, 2**62, 8]: exact ints from the sizes alone
+
+    A (2**32 + 3) x (2**32 + 1) weight has more than 2**64 elements, more than any tensor can have (the meta device
+    included), so running the step under a counter fails; arithmetic on the sizes does not, in ints (a float rounds
+    these counts)."""
+    fn = at_sizes_no_tensor_can_hold(penalty_step_flops, "penalty_step_flops")
+    expect_penalty_flops(fn, 3, [2**32 + 1, 2**32 + 3, 5], PENALTY_HUGE[0], "[2**32 + 1, 2**32 + 3, 5]")
+    expect_penalty_flops(fn, 2**20, [7, 2**62, 8], PENALTY_HUGE[1], "[7, 2**62, 8]")

@@ -1,14 +1,23 @@
 """Chapter 05 (autograd): hidden checks, run only at grading."""
 from __future__ import annotations
 
-import torch
+import functools
 
-from grader.exercises.autograd import (ACCUMULATE_STEP, GRADIENT_NORM_PENALTY, JACOBIAN, LINEAR_LOSS_GRAD, SILU, VJP,
-                                       batches, expect_accumulate, expect_jacobian, expect_linear_grad,
-                                       expect_made_of_vjps, expect_no_trace, expect_one_backward, expect_penalty,
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from grader.exercises.autograd import (ACCUMULATE_STEP, GRADIENT_NORM_PENALTY, JACOBIAN, LINEAR_LOSS_GRAD,
+                                       PENALTY_STEP_FLOPS, SILU, VJP, at_sizes_no_tensor_can_hold, batches,
+                                       expect_accumulate, expect_jacobian, expect_linear_grad, expect_made_of_vjps,
+                                       expect_no_trace, expect_one_backward, expect_penalty, expect_penalty_flops,
                                        expect_silu, expect_vjp)
 from grader.expect import expect
 from grader.inputs import layouts, randint
+
+# torch's own counter and what the real step is made of, bound at import (the oracle for penalty_step_flops).
+_Counter, _grad, _mse_loss = FlopCounterMode, torch.autograd.grad, F.mse_loss
+_Linear, _Tanh, _Sequential, _randn = torch.nn.Linear, torch.nn.Tanh, torch.nn.Sequential, torch.randn
 
 
 @LINEAR_LOSS_GRAD.hidden
@@ -116,3 +125,70 @@ def many_micro_batches_float64(accumulate_step):
     spec = [["Linear", 5, 8], ["Tanh"], ["Linear", 8, 8], ["ReLU"], ["Linear", 8, 3]]
     expect_accumulate(accumulate_step, spec, 5, "float64", "mse", "sgd", 0.05,
                       batches(8, 2, 5, 3, dtype=torch.float64), True, "8 micro-batches of 2, float64")
+
+
+def counted_penalty_step(batch: int, dims: list[int]) -> dict[str, int]:
+    """What FlopCounterMode counts in each pass of the notebook's penalty step on a real model: bias-free linear
+    layers dims[0] -> dims[1] -> ... with tanh between them, MSE loss, an input that needs no gradient; the gradients
+    with create_graph=True, their norm, then the gradient of loss + 0.1 * norm."""
+    layers = []
+    for a, b in zip(dims, dims[1:]):
+        layers += [_Linear(a, b, bias=False), _Tanh()]
+    model = _Sequential(*layers[:-1])
+    params = list(model.parameters())
+    x, y = _randn(batch, dims[0]), _randn(batch, dims[-1])
+    with _Counter(display=False) as forward:
+        loss = _mse_loss(model(x), y)
+    with _Counter(display=False) as backward:
+        grads = _grad(loss, params, create_graph=True)
+    penalty = sum((g * g).sum() for g in grads).sqrt()
+    with _Counter(display=False) as double:
+        _grad(loss + 0.1 * penalty, params)
+    counts = {"forward": forward.get_total_flops(), "backward": backward.get_total_flops(),
+              "double_backward": double.get_total_flops()}
+    return {**counts, "total": sum(counts.values())}
+
+
+@functools.lru_cache(maxsize=None)
+def layer_weights(depth: int) -> dict[str, tuple[int, ...]]:
+    """How many times each pass counts each layer's matmul size (2 * batch * d_in * d_out), measured: the real step
+    with batch 1 and every width 1 (each layer's size is 2), then with one width 2 at a time. Width j is shared by
+    layers j - 1 and j, so growing it adds 2 * (w[j - 1] + w[j]); solved layer by layer, the last width checks it."""
+    base = counted_penalty_step(1, [1] * (depth + 1))
+    weights: dict[str, list[int]] = {key: [] for key in base}
+    for j in range(depth + 1):
+        dims = [1] * (depth + 1)
+        dims[j] = 2
+        grown = counted_penalty_step(1, dims)
+        for key, w in weights.items():
+            shared = (grown[key] - base[key]) // 2
+            if j < depth:
+                w.append(shared - (w[-1] if w else 0))
+            else:
+                assert shared == w[-1], (key, depth, shared, w)  # the counts are linear in the layers' sizes
+    assert all(base[key] == 2 * sum(w) for key, w in weights.items()), (base, weights)
+    return {key: tuple(w) for key, w in weights.items()}
+
+
+def extrapolated(batch: int, dims: list[int]) -> dict[str, int]:
+    """The counts at any sizes, from the per-layer weights measured on real models of the same depth."""
+    weights = layer_weights(len(dims) - 1)
+    return {key: sum(c * 2 * batch * a * b for c, a, b in zip(w, dims, dims[1:])) for key, w in weights.items()}
+
+
+@PENALTY_STEP_FLOPS.hidden
+def agrees_with_flop_counter_on_random_models(penalty_step_flops):
+    """random batches and widths, 1 to 5 layers: what FlopCounterMode counts on the real penalty step"""
+    for depth in (1, 2, 3, 4, 5):
+        batch, dims = randint(1, 9), [randint(1, 12) for _ in range(depth + 1)]
+        expect_penalty_flops(penalty_step_flops, batch, dims, counted_penalty_step(batch, dims))
+
+
+@PENALTY_STEP_FLOPS.hidden
+def random_sizes_no_tensor_can_hold(penalty_step_flops):
+    """random widths from 2**32 to 2**45 (a narrow input too), 1 to 4 layers: exact ints, as measured per layer"""
+    fn = at_sizes_no_tensor_can_hold(penalty_step_flops, "penalty_step_flops")
+    cases = [(randint(1, 2**24), [randint(2**32, 2**45) for _ in range(depth + 1)]) for depth in (1, 2, 3, 4)]
+    cases.append((randint(1, 2**20), [randint(1, 9)] + [randint(2**32, 2**45) for _ in range(3)]))
+    for batch, dims in cases:
+        expect_penalty_flops(fn, batch, dims, extrapolated(batch, dims))
