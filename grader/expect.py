@@ -218,3 +218,22 @@ def expect_raises(exc_type: type[BaseException] | tuple[type[BaseException], ...
         fail(f"{what} should raise {name}, but raised {type(e).__name__}: {first}"[:300])
     fail(f"{what} should raise {name}, but returned {describe(result)}")
     raise AssertionError("unreachable")
+
+
+def at_sizes_no_tensor_can_hold(fn: Callable[..., Any], name: str, *, holds: str = "hold more than 2**63 elements",
+                                also_raise: tuple[type[BaseException], ...] = ()) -> Callable[..., Any]:
+    """The student's `fn`, called where a tensor of the sizes asked for would `holds` (more than 2**63 elements or
+    bytes): an error there means the code built tensors (a model run under a counter, on the meta device or not)
+    instead of doing arithmetic on the sizes, and the failure says so. `also_raise`: errors that pass unchanged."""
+    def called(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (NotImplementedError, CheckFailure, *also_raise):  # a stub, or a forbidden call already refused
+            raise
+        except Exception as e:
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+            fail(f"{name}({shown}) raised {type(e).__name__}: {first[:120]}. A tensor of these sizes would {holds}, "
+                 "which no tensor can, not even on the meta device. A count is arithmetic on the sizes: compute it "
+                 "instead of building or running a model")
+    return called

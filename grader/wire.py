@@ -148,18 +148,6 @@ def unpack(x, token, storages, student=None):
     return x
 
 
-def resolve(dotted):
-    """The object at a dotted path, importing its top module; None when it does not exist."""
-    parts = dotted.split(".")
-    try:
-        obj = __import__(parts[0])
-        for part in parts[1:]:
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    return obj
-
-
 def student_frames(tb, skip_dirs, skip_files=(), limit=3):
     """The last frames of a traceback that are the student's own code (not in `skip_dirs`, not one of the
     grader's own compiled texts in `skip_files`), without file paths."""

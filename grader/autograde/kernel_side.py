@@ -29,8 +29,8 @@ _LIB_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, 
 # names and its text) the package's own.
 _wire = sys.modules[WIRE] if WIRE in sys.modules else __import__("grader.wire", fromlist=["_"])
 pack, unpack, storage_list, storages_from = _wire.pack, _wire.unpack, _wire.storage_list, _wire.storages_from
-_resolve = _wire.resolve
 _guard = sys.modules[GUARD] if GUARD in sys.modules else __import__("grader.guard", fromlist=["_"])
+_resolve = _guard.resolve
 
 
 def _shell():

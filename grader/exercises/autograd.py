@@ -13,8 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from grader.expect import (CheckFailure, call, describe, expect, expect_equal, expect_tensor, expect_tensor_like, fail,
-                           factor_hint)
+from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
+                           expect_tensor, expect_tensor_like, factor_hint, fail)
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -512,22 +512,6 @@ def expect_int(value, what: str) -> int:
     raise AssertionError("unreachable")
 
 
-def at_sizes_no_tensor_can_hold(fn, name: str):
-    """The student's `fn`, called where a weight of the sizes asked for would hold more than 2**63 elements: an error
-    there means the code built tensors (a model run under a counter, on the meta device or not) instead of doing
-    arithmetic on the sizes, and the failure says so."""
-    def called(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (NotImplementedError, CheckFailure):  # a stub, or a forbidden call already refused
-            raise
-        except Exception as e:
-            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
-            fail(f"{name}({shown}) raised {type(e).__name__}: {first[:120]}. A weight of these sizes would hold more "
-                 "than 2**63 elements, which no tensor can, not even on the meta device. A count is arithmetic on "
-                 "the sizes: compute it instead of running a model")
-    return called
 
 
 def _double_backward_hint(got: int, want: dict[str, int], x_layer: int) -> str:

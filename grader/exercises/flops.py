@@ -22,7 +22,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.expect import CheckFailure, describe, expect, expect_equal, factor_hint, fail
+from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, describe, expect, expect_equal, factor_hint,
+                           fail)
 from grader.inputs import randint
 from grader.registry import exercise
 
@@ -86,22 +87,6 @@ def expect_number(value: Any, what: str) -> float:
     return float(value)
 
 
-def at_sizes_no_tensor_can_hold(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """The student's `fn`, called where a tensor of the sizes asked for would hold more than 2**63 elements: an error
-    there means the code built tensors (a model run under a counter, on the meta device or not) instead of doing
-    arithmetic on the sizes, and the failure says so."""
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (NotImplementedError, CheckFailure):  # a stub, or a forbidden call already refused
-            raise
-        except Exception as e:
-            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
-            fail(f"{name}({shown}) raised {type(e).__name__}: {first[:120]}. A tensor of these sizes would hold more "
-                 "than 2**63 elements, which no tensor can, not even on the meta device. A count is arithmetic on "
-                 "the sizes: compute it instead of running a model under a counter")
-    return call
 
 
 # ---------------------------------------------------------------- matmul_flops

@@ -19,7 +19,7 @@ from grader.scenario import run_scenario
 from grader.scenarios import gpu as scenarios
 from grader.course import bench  # noqa: F401  (so the forbidden grader.course.bench.time_fn can be found)
 from grader.course import specs  # noqa: F401  (so the forbidden grader.course.specs.memory_bandwidth can be found)
-from grader import wire
+from grader import guard
 # Imported so the forbidden helpers below can be found (and refused) even when the student imports them later.
 import torch.fx.node  # noqa: F401,E402
 import torch.utils._pytree  # noqa: F401,E402
@@ -39,7 +39,7 @@ PYTREE = tuple(f"torch.utils._pytree.{name}" for name in ("tree_map", "tree_map_
 
 def _present(names: tuple[str, ...]) -> tuple[str, ...]:
     """The names that exist in this build of torch (a forbidden name must resolve to be refused)."""
-    return tuple(n for n in names if wire.resolve(n) is not None)
+    return tuple(n for n in names if guard.resolve(n) is not None)
 
 
 # Other library walks that move or map every tensor of a nested batch: DDP's input mover and its helper, and

@@ -31,6 +31,14 @@ from grader.inputs import randint
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import memory as scenarios
+from grader.expect import at_sizes_no_tensor_can_hold as _no_tensor_can_hold
+
+
+def at_sizes_no_tensor_can_hold(fn, name: str):
+    """expect.at_sizes_no_tensor_can_hold for byte counts: more than 2**63 bytes, and a TypeError (a call it cannot
+    take) passes unchanged."""
+    return _no_tensor_can_hold(fn, name, holds="take more than 2**63 bytes", also_raise=(TypeError,))
+
 
 GET_MEMORY_USAGE = exercise("memory.get_memory_usage", points=1)
 TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1)
@@ -63,22 +71,6 @@ def expect_int(value, what: str) -> int:
     return value
 
 
-def at_sizes_no_tensor_can_hold(fn, name: str):
-    """The student's `fn`, called at sizes whose tensors would hold more than 2**63 elements or bytes: an error there
-    means the code built tensors (a model run, on the meta device or not) instead of doing arithmetic on the sizes,
-    and the failure says so."""
-    def called(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (NotImplementedError, CheckFailure, TypeError):  # a stub, a refused call, a call it cannot take
-            raise
-        except Exception as e:
-            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
-            fail(f"{name}({shown}) raised {type(e).__name__}: {first[:120]}. A tensor of these sizes would take more "
-                 "than 2**63 bytes, which no tensor can, not even on the meta device. A count is arithmetic on the "
-                 "sizes: compute it instead of building or running a model")
-    return called
 
 
 # ---------------------------------------------------------------- get_memory_usage
