@@ -130,6 +130,7 @@ def test_xeon_turbo_clock_wins_over_the_nominal_one_and_smt_adds_nothing() -> No
     assert estimate_flops(info, torch.float32) == pytest.approx(249.6e9)
     assert estimate_flops(info, torch.float64) == pytest.approx(124.8e9)
     assert estimate_flops(info, torch.bfloat16) is None
+    assert {"avx512f", "fma"} <= info.flags  # the flags, for a notebook to print beside its timings
     assert cpuinfo.label(info, torch.float32) == ("estimate (upper bound): 1 cores × 3.90 GHz × 2 FMA units × "
                                                   "16 float32 lanes × 2")
 

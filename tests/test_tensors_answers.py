@@ -17,13 +17,16 @@ from tests.answers import Wrong, assert_caught, assert_passes, ids, passes_witho
 # ---------------------------------------------------------------- correct, written differently
 
 def same_storage_ptr(x, y):
-    return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
-
-
-def same_storage_base(x, y):
-    # walk back to the base tensor's storage through the typed-storage-free API
+    # storage addresses where the storages hold bytes; a storage of no bytes (data_ptr() 0) only with itself
     sx, sy = x.untyped_storage(), y.untyped_storage()
-    return bool(sx.data_ptr() == sy.data_ptr() and sx.nbytes() == sy.nbytes())
+    if sx.nbytes() and sy.nbytes():
+        return sx.data_ptr() == sy.data_ptr()
+    return sx is sy
+
+
+def same_storage_object(x, y):
+    # every view of a storage hands back one Python storage object
+    return x.untyped_storage() is y.untyped_storage()
 
 
 def element_offset_loop(x, index):
@@ -119,7 +122,7 @@ def merge_reshape(x):
 
 
 CORRECT = [
-    ("same_storage", same_storage_ptr), ("same_storage", same_storage_base),
+    ("same_storage", same_storage_ptr), ("same_storage", same_storage_object),
     ("same_storage", lambda x, y: x.untyped_storage()._cdata == y.untyped_storage()._cdata),  # the StorageImpl
     ("same_storage", lambda x, y: torch._C._storage_address(x) == torch._C._storage_address(y)),
     ("element_offset", element_offset_loop), ("element_offset", element_offset_sum),
@@ -315,6 +318,19 @@ WRONG = [
     W("same_storage", lambda x, y: torch._C._overlaps(x, y), "views_share_storage", "not call torch._C._overlaps"),
     # the same storage, offset, sizes and strides: x and x[1:] share a storage but are not "set to" each other
     W("same_storage", lambda x, y: x.is_set_to(y), "views_at_an_offset", "share one storage"),
+    # storages of no bytes all have data_ptr() 0: torch.empty(0) and torch.zeros(0, 3) are two storages
+    W("same_storage", lambda x, y: x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr(),
+      "storages_of_no_bytes", "same_storage(torch.empty(0), torch.zeros(0, 3)) returned True"),
+    W("same_storage", lambda x, y: (x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+                                    and x.untyped_storage().nbytes() == y.untyped_storage().nbytes()),
+      "storages_of_no_bytes", "yet they are two storages"),  # equal sizes too: 0 and 0
+    # "nothing to share" for tensors without elements: x.view(0, 3) of an empty x, and x[4:], are views all the same
+    W("same_storage", lambda x, y: x.numel() > 0 and y.numel() > 0
+      and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr(),
+      "storages_of_no_bytes", "x.view(0, 3) is a view of x's own storage"),
+    W("same_storage", lambda x, y: x.untyped_storage().nbytes() > 0
+      and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr(),
+      "storages_of_no_bytes", "same_storage(x, x.view(0, 3) for x = torch.empty(0)) returned False"),
 ]
 
 
@@ -332,6 +348,6 @@ def test_the_refs_shortcut_would_pass_without_the_forbid_list(monkeypatch):
 
 
 def test_the_alias_builtin_would_pass_without_the_forbid_list(monkeypatch):
-    """torch._C._is_alias_of under another name really does the whole job (issue 26: 7 of 7 checks): only refusing
+    """torch._C._is_alias_of under another name really does the whole job (issue 26: 8 of 8 checks): only refusing
     it, by identity, stops it."""
     passes_without_forbid(monkeypatch, "tensors", "same_storage", lambda x, y: ALIAS(x, y))

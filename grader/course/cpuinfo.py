@@ -29,7 +29,7 @@ import glob
 import platform
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import torch
@@ -60,6 +60,9 @@ class CpuInfo:
     fp32_lanes: int  # float32 lanes per FMA unit; 0 when the SIMD width is unknown
     clock_source: str = ""  # which reported clock ghz is, e.g. "cpufreq max, turbo included"
     turbo_reported: bool = False  # whether ghz includes turbo (cpufreq reported a maximum)
+    # the CPU's feature flags as /proc/cpuinfo (or sysctl) names them, e.g. "avx512_bf16", "amx_tile": what a
+    # notebook prints beside a timing; not part of the estimate, so not compared
+    flags: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 def parse_proc_cpuinfo(text: str) -> dict[str, object]:
@@ -177,7 +180,7 @@ def info_from_text(
     cores = max(1, min(threads, physical) if physical else threads)  # SMT adds no FMA units
     return CpuInfo(model=str(model), cores=cores, ghz=ghz, simd=simd,
                    fma_units=fma_units(machine, parsed["arm_part"]), fp32_lanes=lanes, clock_source=source,
-                   turbo_reported=turbo)
+                   turbo_reported=turbo, flags=frozenset(parsed["flags"]))
 
 
 def estimate_flops(info: CpuInfo, dtype: torch.dtype | str) -> float | None:
@@ -270,7 +273,8 @@ def _macos_info(threads: int, machine: str) -> CpuInfo:
     physical = sysctl("hw.physicalcpu")
     cores = min(threads, int(physical)) if physical and physical.isdigit() else threads
     return CpuInfo(model=model, cores=max(1, cores), ghz=ghz, simd=simd,
-                   fma_units=fma_units(machine, None), fp32_lanes=lanes, clock_source=source)
+                   fma_units=fma_units(machine, None), fp32_lanes=lanes, clock_source=source,
+                   flags=frozenset(flags))
 
 
 __all__ = ["CpuInfo", "cpu_info", "cpu_peak_flops", "estimate_flops", "info_from_text",

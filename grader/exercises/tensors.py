@@ -66,6 +66,32 @@ def copies_do_not_share(same_storage):
     expect_same_storage(same_storage, x, torch.randn(4, 6), False, "x, torch.randn(4, 6)")
 
 
+# Each case of the scenario grader.scenarios.tensors.storages_of_no_bytes: the call, and whether they share storage.
+NO_BYTES_CASES = {
+    "two empty tensors": ("torch.empty(0), torch.zeros(0, 3)", False,
+                          "both storages hold 0 bytes, so both have data_ptr() 0, yet they are two storages; a "
+                          "storage of no bytes is shared only by views of it"),
+    "an empty tensor and its view": ("x, x.view(0, 3) for x = torch.empty(0)", True,
+                                     "x.view(0, 3) is a view of x's own storage, which holds no bytes"),
+    "a tensor and its empty slice": ("x, x[4:] for x = torch.arange(4.0)", True,
+                                     "x[4:] has no elements but views x's storage of 16 bytes"),
+}
+
+
+@SAME_STORAGE.check
+def storages_of_no_bytes(same_storage):
+    """storages of no bytes all have data_ptr() 0: two such storages share nothing, one shares with its views"""
+    out = run_scenario(scenarios.storages_of_no_bytes, same_storage, list(NO_BYTES_CASES))
+    for (how, expected, why), got in zip(NO_BYTES_CASES.values(), out):
+        what = f"same_storage({how})"
+        if got["error"]:
+            fail(f"{what} raised {got['error']}: {got['message']}")
+        expect_type(got["value"], bool, what)
+        if got["value"] != expected:
+            verdict = "share one storage" if expected else "share no storage"
+            fail(f"{what} returned {got['value']}, but they {verdict}: {why}")
+
+
 # ---------------------------------------------------------------- element_offset
 
 def numbered(n: int) -> torch.Tensor:
