@@ -10,6 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from grader import demonstrations
 from grader.authoring import release, student
 from grader.authoring.markers import FORBIDDEN, MarkerError, strip_code, strip_markdown
 
@@ -163,7 +164,13 @@ def test_student_notebook_keeps_ids_and_metadata_clears_outputs():
     out = student.student_notebook(nb, "x.ipynb")
     kept = [c for c in nb.cells if "solution-only" not in c.metadata.get("tags", [])]
     assert [c.id for c in out.cells] == [c.id for c in kept]
-    assert [c.metadata for c in out.cells] == [c.metadata for c in kept]
+    # Kept, with a demonstration's tag and digest added (grader/demonstrations.py): nothing else of theirs changes.
+    added = (demonstrations.TAG, demonstrations.DIGEST_KEY)
+    def own(metadata):
+        return {k: [t for t in v if t not in added] if k == "tags" else v for k, v in metadata.items()
+                if k not in added and not (k == "tags" and set(v) <= set(added))}
+    assert [own(c.metadata) for c in out.cells] == [own(c.metadata) for c in kept]
+    assert any(demonstrations.TAG in c.metadata.get("tags", []) for c in out.cells)
     assert len(out.cells) == len(nb.cells) - 1
     assert all(c.outputs == [] and c.execution_count is None for c in out.cells if c.cell_type == "code")
     assert "widgets" not in out.metadata and out.metadata.kernelspec.name == "python3"

@@ -184,9 +184,11 @@ def _ready() -> None:
 
 
 def _run(task: Task, limits: Limits, scratch_root: str, isolation: Isolation | None = None,
-         guard: Guard | None = None) -> NotebookRecord:
+         guard: Guard | None = None, more: bool = True) -> NotebookRecord:
     """In a worker: grade one notebook in its own scratch folder; a grader failure is a status, never a raise.
-    Only integrity.Changed (what the grading process runs changed, before or during it) is raised: it stops the run."""
+    Only integrity.Changed (what the grading process runs changed, before or during it) is raised: it stops the run.
+    `more`: notebooks are still queued, so a kernel started ahead here will have one to grade (warm.py)."""
+    warm.AHEAD.wanted = more
     watch = _watch(guard) if guard is not None else None
     where = f"{task.student}/{task.chapter}"
     if watch is not None:
@@ -409,7 +411,9 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
             while (queue or running) and not broken:
                 while queue and len(running) < max(1, workers):
                     task = queue.pop(0)
-                    running[pool.submit(_run, task, limits, scratch_root, isolation, guard)] = task
+                    # A kernel started ahead is worth its start only if a notebook is left for each worker.
+                    more = len(queue) >= max(1, workers)
+                    running[pool.submit(_run, task, limits, scratch_root, isolation, guard, more)] = task
                 show([f"{t.student}/{t.chapter}" for t in running.values()])
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:

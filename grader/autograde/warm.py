@@ -23,6 +23,7 @@ class Ahead:
 
     def __init__(self) -> None:
         self.enabled = False
+        self.wanted = True    # whether a next notebook will come to this worker (cohort._run says, per notebook)
         self._spare: NotebookKernel | None = None
         self._key: tuple | None = None
         self._root: Path | None = None
@@ -36,7 +37,7 @@ class Ahead:
 
     def prepare(self, limits: Limits, isolation: Isolation | None, root: Path) -> None:
         """Start the next notebook's kernel under `root` (the run's scratch folder), unless one waits already."""
-        if not self.enabled or self._spare is not None:
+        if not self.enabled or not self.wanted or self._spare is not None:
             return
         top = Path(tempfile.mkdtemp(prefix="nb-", dir=root))
         top.chmod(0o711)  # a kernel user passes through to its own folder
