@@ -39,6 +39,7 @@ __all__ = [
     "MatmulTiming",
     "default_device",
     "device_name",
+    "machine",
     "mfu",
     "mps_available",
     "synchronize",
@@ -111,6 +112,22 @@ def device_name(device: torch.device | str | None = None) -> str:
         gpu = applegpu.apple_gpu()
         return gpu.name if gpu is not None else "Apple GPU (mps)"
     return dev.type
+
+
+# The CPU flags a chapter's measurements depend on: SIMD widths, FMA, and the 16-bit and 8-bit instructions.
+MACHINE_FLAGS = ("avx512f", "avx2", "fma", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8", "neon", "asimd",
+                 "sve", "bf16")
+
+
+def machine(device: torch.device | str | None = None) -> str:
+    """One line naming the hardware behind `device`, for a chapter's first measurement: committed outputs then say
+    which machine made them (a CPU's model, threads and the flags that matter; a GPU's name)."""
+    dev = _as_device(device)
+    if dev.type != "cpu":
+        return device_name(dev)
+    cpu = cpuinfo.cpu_info()
+    flags = [f for f in MACHINE_FLAGS if f in cpu.flags]
+    return f"{cpu.model}, torch on {cpu.cores} cores, {', '.join(flags) or 'no SIMD flags reported'}"
 
 
 # --------------------------------------------------------------------------------------
