@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 import re
 import time
 
@@ -322,3 +323,14 @@ def test_the_notebooks_public_face_is_the_course_library():
 
     assert (grader.bench, grader.specs, grader.memtrack) == (course_bench, course_specs, memtrack)
     assert {"bench", "specs", "memtrack"} <= set(grader.__all__)
+
+
+def test_machine_names_the_cpu_its_cores_and_the_flags_that_matter(monkeypatch) -> None:
+    """A chapter's set-up cell prints bench.machine: the committed outputs then say which machine made them."""
+    from grader.course import cpuinfo
+    info = cpuinfo.cpu_info()
+    monkeypatch.setattr(cpuinfo, "cpu_info", lambda threads=None: replace(info, model="Example CPU", cores=6,
+                                                                         flags=frozenset({"avx2", "fma", "sse4_2", "amx_bf16"})))
+    assert bench.machine("cpu") == "Example CPU, torch on 6 cores, avx2, fma, amx_bf16"
+    monkeypatch.setattr(bench, "device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert bench.machine("cuda:0") == "NVIDIA H100 80GB HBM3"  # a GPU by its name (simulated: none here)
