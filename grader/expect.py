@@ -237,3 +237,16 @@ def at_sizes_no_tensor_can_hold(fn: Callable[..., Any], name: str, *, holds: str
                  "which no tensor can, not even on the meta device. A count is arithmetic on the sizes: compute it "
                  "instead of building or running a model")
     return called
+
+
+def expect_int(value: Any, what: str) -> int:
+    """A count is a Python int, exactly: not a bool, not a float holding a whole number (exact only up to 2**53), not
+    a NumPy integer or a tensor, not a subclass (only plain Python values cross from the student's kernel when
+    grading, so the notebook refuses the rest too, and a subclass cannot lie about equality)."""
+    if type(value) is int:
+        return value
+    if type(value) is float and math.isfinite(value) and value == int(value):
+        fail(f"{what} should be a Python int, got the float {value!r}: a float holds every integer only up to 2**53 "
+             "(about 9e15), and FLOP counts go far beyond; count with ints (// where you divide)")
+    fail(f"{what} should be a Python int, got {describe(value)}")
+    raise AssertionError("unreachable")

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
-                           expect_tensor, expect_tensor_like, factor_hint, fail)
+                           expect_int, expect_tensor, expect_tensor_like, factor_hint, fail)
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -499,19 +499,6 @@ PENALTY_HUGE = ({"forward": 110_680_464_674_185_543_788, "backward": 110_680_464
                 {"forward": 145_071_098_353_755_500_964_741_120, "backward": 222_442_350_809_091_768_145_936_384,
                  "double_backward": 599_627_206_528_856_070_654_263_296,
                  "total": 967_140_655_691_703_339_764_940_800})
-
-
-def expect_int(value, what: str) -> int:
-    """A FLOP count is a Python int, exactly: not a float (exact only up to 2**53), a NumPy integer or a tensor."""
-    if type(value) is int:
-        return value
-    if type(value) is float and math.isfinite(value) and value == int(value):
-        fail(f"{what} should be a Python int, got the float {value!r}: a float holds every integer only up to 2**53 "
-             "(about 9e15), and FLOP counts go far beyond; count with ints (// where you divide)")
-    fail(f"{what} should be a Python int, got {describe(value)}")
-    raise AssertionError("unreachable")
-
-
 
 
 def _double_backward_hint(got: int, want: dict[str, int], x_layer: int) -> str:

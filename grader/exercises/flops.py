@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, describe, expect, expect_equal, factor_hint,
-                           fail)
+from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, describe, expect, expect_equal, expect_int,
+                           factor_hint, fail)
 from grader.inputs import randint
 from grader.registry import exercise
 
@@ -59,19 +59,6 @@ RIDGE_BATCH = exercise("flops.ridge_batch", points=2, forbid=(*COUNTER, *FORMULA
 
 def close(got: float, want: float, rel: float = 1e-9) -> bool:
     return abs(got - want) <= rel * max(abs(want), 1e-300)
-
-
-def expect_int(value: Any, what: str) -> int:
-    """A Python int, exactly: not a bool, not a float holding a whole number, not a NumPy integer, not a
-    subclass (only plain Python values cross from the student's kernel when grading, so the notebook refuses
-    the rest too, and a subclass cannot lie about equality)."""
-    if type(value) is int:
-        return value
-    if type(value) is float and math.isfinite(value) and value == int(value):
-        fail(f"{what} should be a Python int, got the float {value!r}: floats hold every integer only up to "
-             "2**53 (about 9e15), and FLOP counts go far beyond; count with ints")
-    fail(f"{what} should be a Python int, got {describe(value)}")
-    raise AssertionError("unreachable")
 
 
 def expect_number(value: Any, what: str) -> float:
