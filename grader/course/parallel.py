@@ -309,7 +309,7 @@ def _gpipe_step(stage: nn.Module, rank: int, world_size: int, microbatches: int,
 
 
 def pipeline_bubbles(rank: int, world_size: int, microbatches: Sequence[int], width: int = 1024, rows: int = 128,
-                     layers: int = 2, reps: int = 3) -> dict[int, dict[str, float]]:
+                     layers: int = 2, reps: int = 5) -> dict[int, dict[str, float]]:
     """A pipeline of `world_size` stages (this rank: `layers` Linear + Tanh layers of `width`), trained one GPipe step
     at a time on micro-batches of `rows` rows. For each micro-batch count, of the fastest of `reps` steps (what other
     work on the machine disturbed least; every stage picks the same): its seconds, and this stage's idle share of
