@@ -48,6 +48,7 @@ the trace.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 import sysconfig
@@ -85,11 +86,17 @@ _PLAIN = (str, bytes, bytearray, int, float, complex, bool, type(None), types.Mo
 
 
 def resolve(dotted: str) -> Any:
-    """The object at a dotted path, importing its top module; None when it does not exist."""
+    """The object at a dotted path, importing its top module and any submodule on the way (torch.export._trace is
+    imported only by what names it, since it costs seconds); None when it does not exist."""
     parts = dotted.split(".")
     try:
         obj = __import__(parts[0])
-        for part in parts[1:]:
+        for i, part in enumerate(parts[1:], 2):
+            if isinstance(obj, types.ModuleType) and not hasattr(obj, part):
+                try:
+                    importlib.import_module(".".join(parts[:i]))
+                except ImportError:
+                    return None
             obj = getattr(obj, part)
     except Exception:
         return None

@@ -48,13 +48,16 @@ class StudentRelease:
 def grading_bridge(tmp_path_factory) -> Iterator[Callable[..., object]]:
     """`grading_bridge(cells, cell_timeout=20, check_timeout=5, memory_gib=3)`: a grading kernel that has run
     `cells`, as `make grade` starts one; each kernel the module started is closed after its last test."""
+    from grader import registry
     from grader.autograde.bridge import grading_kernel
     from grader.autograde.kernel import GiB, Limits
 
     with ExitStack() as stack:
         def start(cells: list[str], *, cell_timeout: float = 20, check_timeout: float = 5, memory_gib: float = 3):
             limits = Limits(cell_timeout=cell_timeout, check_timeout=check_timeout, memory=int(memory_gib * GiB))
-            return stack.enter_context(grading_kernel(list(cells), tmp_path_factory.mktemp("kernel"), limits))
+            forbidden = tuple(name for ex in registry.load().exercises for name in ex.forbid)  # as a chapter's kernel
+            return stack.enter_context(grading_kernel(list(cells), tmp_path_factory.mktemp("kernel"), limits,
+                                                      forbidden=forbidden))
         yield start
 
 
@@ -76,21 +79,27 @@ def student_release(tmp_path_factory, request) -> StudentRelease:
     return StudentRelease(root / "build" / "student.zip", folder, folder / ".venv" / "bin" / "python")
 
 
-DEMO_GRADED = ("Ada Lovelace",)
+DEMO_GRADED = ("Ada Lovelace", "Chloé Dubois")  # the solved student, and the half-solved one's zip
 
 
 @pytest.fixture(scope="session")
 def demo_out(tmp_path_factory, request) -> Path:
-    """`make grade` over the demo cohort's solved student, every chapter, workers from a forkserver (as where torch
-    is built with CUDA): graded once per run and shared by every worker (tests/test_demo_grading.py judges it;
-    tests/test_gpu_grading.py compares a grading with a simulated GPU against it)."""
+    """`make grade` over the demo cohort's solved and half-solved students, every chapter, workers from a forkserver
+    (as where torch is built with CUDA): graded once per run and shared by every worker (tests/test_demo_grading.py
+    judges it; tests/test_gpu_grading.py compares a grading with a simulated GPU against it; tests/test_browser.py
+    reads the half-solved student's feedback)."""
     from tests.inprocess import run_grader
 
     def build(out: Path) -> Path:
         cohort = out.parent / "demo-cohort"
         shutil.rmtree(cohort, ignore_errors=True)
+        cohort.mkdir(parents=True)
         for student in DEMO_GRADED:
-            shutil.copytree(ROOT / "demo" / "submissions" / student, cohort / student)
+            folder = ROOT / "demo" / "submissions" / student
+            if folder.is_dir():
+                shutil.copytree(folder, cohort / student)
+            else:
+                shutil.copy(folder.with_name(student + ".zip"), cohort)
         run = run_grader("grade", str(cohort), "--out", str(out), "--workers", "2", forkserver=True)
         assert run.returncode == 0, run.stderr[-3000:]
         return out

@@ -316,3 +316,38 @@ def test_the_largest_legitimate_replies_are_well_within_the_budget(tmp_path):
     value = {"result": [torch.zeros(2_000_000).numpy().tobytes()] + [1.5] * 20_000, "ok": True}
     reply = load_reply(_reply(tmp_path, value))
     assert reply is not None and wire.measure(reply) > 20_000
+
+
+def test_a_kernel_imports_what_its_chapter_forbids_before_the_notebook_runs(tmp_path):
+    """torch.export's private entry points cost seconds to import (dynamo, sympy): a kernel whose chapter forbids one
+    imports it at setup, before the notebook's cells (so a student's later import meets the refusal, never a
+    check's time limit); a kernel whose chapter forbids nothing there never pays for it."""
+    from grader.autograde.bridge import grading_kernel
+    from grader.autograde.kernel import GiB, Limits
+
+    cells = ["import sys\nLOADED = 'torch.export._trace' in sys.modules\ndef loaded(): return LOADED\n"]
+    limits = Limits(cell_timeout=20, check_timeout=5, memory=3 * GiB)
+    for forbidden, expected in ((("torch.export._trace._export",), True), ((), False)):
+        (tmp_path / str(expected)).mkdir()
+        with grading_kernel(cells, tmp_path / str(expected), limits, forbidden=forbidden) as bridge:
+            assert remote(bridge, "loaded")() is expected
+
+
+def test_processes_orphaned_by_a_kill_come_back_to_be_reaped(tmp_path):
+    """Caught: a sandbox's init, orphaned when its bubblewrap was killed first, went to the machine's init and stayed
+    a zombie that `kill` waited for (over a second per notebook here; its whole timeout where init never reaps)."""
+    import subprocess
+    import sys
+    script = (
+        "import os, subprocess, sys, psutil\n"
+        "from grader.autograde.processes import kill, reap_orphans\n"
+        "assert reap_orphans()\n"
+        "middle = subprocess.Popen([sys.executable, '-c', 'import subprocess, sys; "
+        "print(subprocess.Popen([\"sleep\", \"60\"]).pid)'], stdout=subprocess.PIPE, text=True)\n"
+        "orphan = psutil.Process(int(middle.stdout.readline()))\n"
+        "middle.wait()\n"
+        "print('parent is this process:', orphan.ppid() == os.getpid())\n"
+        "kill([orphan])\n"
+        "print('reaped:', not psutil.pid_exists(orphan.pid))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "parent is this process: True" in done.stdout and "reaped: True" in done.stdout, (done.stdout, done.stderr)

@@ -349,20 +349,13 @@ def no_overflow(page, width: int) -> None:
     assert overflow <= 0, f"the page is {overflow}px wider than a {width}px screen"
 
 
-def test_the_half_solved_students_feedback_opens_with_what_to_fix(browser, tmp_path):
-    """The demo's half-solved student, every chapter graded: on a phone the first view holds the total and the
-    start of "What to fix" (the page used to open on sixty cards, 15,895 px of them); passed exercises are folded;
-    a name in the list jumps to its card."""
-    subs = tmp_path / "submissions"
-    subs.mkdir()
-    shutil.copy(ROOT / "demo" / "submissions" / "Chloé Dubois.zip", subs / "Chloé Dubois.zip")
-    out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "grader", "grade", str(subs), "--out", str(out), "--workers", "2"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
+def test_the_half_solved_students_feedback_opens_with_what_to_fix(browser, demo_out):
+    """The demo's half-solved student, every chapter graded (the shared demo grading, tests/conftest.py): on a phone
+    the first view holds the total and the start of "What to fix" (the page used to open on sixty cards, 15,895 px
+    of them); passed exercises are folded; a name in the list jumps to its card."""
     page = browser.new_page(viewport={"width": 390, "height": 844})
     try:
-        page.goto((out / "Chloé Dubois" / "feedback.html").as_uri())
+        page.goto((demo_out / "Chloé Dubois" / "feedback.html").as_uri())
         no_overflow(page, 390)
         fix = page.locator("#what-to-fix")
         box = fix.bounding_box()

@@ -123,8 +123,9 @@ def _count_opcodes(data: bytes) -> None:
 class Bridge:
     """The grading side of one kernel: requests go in files under a private folder, replies come back the same way."""
 
-    def __init__(self, kernel: NotebookKernel) -> None:
+    def __init__(self, kernel: NotebookKernel, forbidden: tuple[str, ...] = ()) -> None:
         self.kernel = kernel
+        self.forbidden = forbidden  # what the chapter's exercises forbid: its modules are imported at setup
         # With a sandbox, in the notebook's own folder (the only one its kernel can reach). That folder is the
         # notebook's to write, so every file here is opened relative to this folder's descriptor, never
         # followed through a link, and only ever created anew: a link planted by the notebook leads nowhere.
@@ -207,7 +208,8 @@ class Bridge:
     def setup(self) -> Outcome:
         self.kernel.call(_INSTALL, 60)
         outcome, reply = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED),
-                                                "scenarios": scenario_sources()}, 120)
+                                                "forbidden": list(self.forbidden), "scenarios": scenario_sources()},
+                                      120)
         self._tampered(reply, names=True)
         target = "grader-bridge-" + secrets.token_hex(4)
         listening, _ = self.request("listen", {"fifo": self.kernel.fifo_path, "target": target}, 30)
@@ -384,7 +386,7 @@ class KernelDidNotStart(RuntimeError):
 @contextmanager
 def grading_kernel(sources: list[str], cwd: Path, limits: Limits, *, isolation: Isolation | None = None,
                    folder: Path | None = None, phases: dict[str, float] | None = None,
-                   ahead: NotebookKernel | None = None) -> Iterator[Bridge]:
+                   ahead: NotebookKernel | None = None, forbidden: tuple[str, ...] = ()) -> Iterator[Bridge]:
     """A kernel that has run the notebook's cells once, with the bridge installed after every (re)start; the
     seconds its start and its cells took are added to `phases`. `ahead`: a kernel started ahead for this
     notebook (warm.py), whose folder holds the notebook's files now. While this one runs, the next notebook's
@@ -395,7 +397,7 @@ def grading_kernel(sources: list[str], cwd: Path, limits: Limits, *, isolation: 
     bridge: Bridge | None = None
     kernel = ahead or NotebookKernel(sources, cwd, limits, isolation=isolation, folder=folder)
     kernel.adopt(sources, lambda k: bridge.setup())
-    bridge = Bridge(kernel)
+    bridge = Bridge(kernel, forbidden)
     try:
         started = time.monotonic()
         try:

@@ -62,12 +62,15 @@ def _watched(protected):
 
 
 def setup(request):
-    """Import the grader and torch with the notebook's folder off sys.path, and remember them as they are."""
+    """Import the grader and torch, and the modules of the names this chapter's checks forbid, with the notebook's
+    folder off sys.path, and remember them as they are."""
     here = [p for p in sys.path if p in ("", ".", os.getcwd())]
     sys.path[:] = [p for p in sys.path if p not in here]
     try:
         for name in request["imports"]:
             __import__(name)
+        for dotted in request.get("forbidden", ()):
+            _resolve(dotted)  # imports what holds it now, not inside a check's time (guard.resolve)
     finally:
         sys.path[:0] = here
     # Scenario modules, from the grader's own text, as submodules of a private package: their relative
