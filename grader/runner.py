@@ -123,7 +123,7 @@ def _isolated(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         random.seed(seed)
         np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
+        wire.seed(seed)
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
         try:

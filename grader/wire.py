@@ -3,7 +3,8 @@
 Plain data (tensors, numbers, strings, sizes, dtypes, devices, and tuples, lists and dicts of them nested at
 most MAX_DEPTH deep) is packed into builtins only, so a pickle of it names no class; anything else travels as
 a token standing for an opaque object. Also here: the traceback filter that keeps only the student's frames, and
-the IPython attributes tamper detection watches. Refusing forbidden calls and tracing a call are grader/guard.py's.
+the IPython attributes tamper detection watches, and how each side seeds torch before a call into the student's
+code. Refusing forbidden calls and tracing a call are grader/guard.py's.
 
 Dependency-free (torch and the standard library): the grading process imports it, and the bridge installs
 the kernel's copy from this file's text before any student code runs (as it installs the scenarios), so a
@@ -26,6 +27,16 @@ MAX_REPLY_DEPTH = 64                # nesting, far past a packed value's (MAX_DE
 PLAIN = (type(None), bool, int, float, str, bytes)  # what goes into the pickle as itself
 SHELL_ATTRS = ("showtraceback", "_showtraceback", "showsyntaxerror")  # how IPython shows an error
 _DATA_TYPES = "tensors, numbers, strings, sizes, dtypes, devices, and tuples, lists and dicts of them"
+
+
+def seed(n: int) -> None:
+    """torch.manual_seed(n) for the CPU and the GPUs in use, without what torch.manual_seed records for a GPU not
+    started yet (a formatted stack per device: milliseconds, at every one of a notebook's hundreds of calls)."""
+    torch.random.default_generator.manual_seed(n)
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(n)
+    if torch.backends.mps.is_available():
+        torch.mps.manual_seed(n)
 
 
 def opaque_text(x):

@@ -319,3 +319,18 @@ def test_each_grading_run_draws_new_hidden_inputs_and_the_same_public_ones():
     assert public_a == public_b == _inputs_seen("")[0]
     assert hidden_a != hidden_b
     assert _inputs_seen("run-a")[1] == hidden_a
+
+
+def test_the_seed_before_each_call_is_torch_manual_seed_without_its_cost(monkeypatch):
+    """wire.seed draws what torch.manual_seed does on the CPU, but records no stack for a GPU not started (torch's
+    lazy CUDA, XPU and MTIA seeding each formatted one: milliseconds at each of a notebook's hundreds of calls)."""
+    import traceback
+
+    from grader import wire
+
+    torch.manual_seed(7)
+    want = torch.rand(5), torch.randn(3, 2)
+    monkeypatch.setattr(traceback, "format_stack", lambda *a, **k: pytest.fail("a stack was formatted"))
+    wire.seed(7)
+    got = torch.rand(5), torch.randn(3, 2)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))

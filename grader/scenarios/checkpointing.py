@@ -67,7 +67,7 @@ _getframe = sys._getframe
 _is_grad_enabled = torch.is_grad_enabled
 _tree_leaves, _finalize = tree_leaves, weakref.finalize
 _strided, _cpu = torch.strided, torch.device("cpu")
-_collect = gc.collect
+_collect, _freeze, _unfreeze = gc.collect, gc.freeze, gc.unfreeze
 _register_package = torch.serialization.register_package
 _package_registry = torch.serialization._package_registry  # the list register_package appends to
 _environ = os.environ
@@ -645,9 +645,13 @@ def checkpoint_run(checkpointed_forward, specs, seed, x, g, segments, as_sequent
     xin = x.detach().clone().requires_grad_(x_requires_grad)
     _manual_seed(seed + 1)
     made = _Allocations()
-    with made:
-        y = checkpointed_forward(container, xin, segments)
-    _collect()
+    _freeze()  # what exists now stays out of the collection below, which then walks only what the call made
+    try:
+        with made:
+            y = checkpointed_forward(container, xin, segments)
+        _collect()  # the call's own cycles, so `kept` counts what is really held
+    finally:
+        _unfreeze()
     report = {"y": y, "requires_grad": bool(getattr(y, "requires_grad", False)), "x_grad": None, "grads": {},
               "forward_calls": list(calls["forward"]), "backward_calls": [], "kept": made.alive}
     if isinstance(y, _Tensor) and y.requires_grad and tuple(y.shape) == tuple(g.shape):  # else the check names it
