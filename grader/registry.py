@@ -169,6 +169,11 @@ class Registry:
         """The exercises of one chapter key (all when None), in declaration order: the order of the notebook."""
         return [e for e in self.exercises if chapter is None or e.chapter == chapter]
 
+    def forbidden(self, chapter: str | None = None) -> tuple[str, ...]:
+        """Every name the exercises of one chapter key (all when None) forbid, once each: what a grading kernel
+        imports at set-up, before the notebook runs (bridge.py)."""
+        return tuple(dict.fromkeys(name for e in self.of(chapter) for name in e.forbid))
+
     def checks(self, ex: Exercise) -> list[Check]:
         """What runs for `ex`: every check with the hidden ones loaded, else the public ones."""
         return list(ex.checks) if self.hidden else ex.public_checks()

@@ -55,9 +55,8 @@ def grading_bridge(tmp_path_factory) -> Iterator[Callable[..., object]]:
     with ExitStack() as stack:
         def start(cells: list[str], *, cell_timeout: float = 20, check_timeout: float = 5, memory_gib: float = 3):
             limits = Limits(cell_timeout=cell_timeout, check_timeout=check_timeout, memory=int(memory_gib * GiB))
-            forbidden = tuple(name for ex in registry.load().exercises for name in ex.forbid)  # as a chapter's kernel
             return stack.enter_context(grading_kernel(list(cells), tmp_path_factory.mktemp("kernel"), limits,
-                                                      forbidden=forbidden))
+                                                      forbidden=registry.load().forbidden()))  # every chapter's
         yield start
 
 

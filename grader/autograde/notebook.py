@@ -264,9 +264,8 @@ def _grade_cells(student: str, chapter: str, cells: Cells, folder: Path, scratch
     if ahead is not None and isolation is not None:
         sandbox.own_folder(scratch, isolation)  # the files came after the kernel: theirs too
     try:
-        forbidden = tuple(dict.fromkeys(name for ex in exercises for name in ex.forbid))
         with grading_kernel(sources, cwd, limits, isolation=isolation, folder=scratch, phases=phases,
-                            ahead=ahead, forbidden=forbidden) as bridge:
+                            ahead=ahead, forbidden=course.forbidden(chapters.key(chapter))) as bridge:
             checking = time.monotonic()
             grades = _checks(student, chapter, exercises, bridge, sources, numbers, limits, scratch, course, salt)
             phases["checks"] = phases.get("checks", 0.0) + time.monotonic() - checking

@@ -29,8 +29,6 @@ def _children(p: psutil.Process) -> list[psutil.Process]:
 
 
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
-
-
 _reaper = 0  # the process that made itself the subreaper (a forked child is not one: the flag is not inherited)
 
 
