@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ../shared/GPU.md's checklist in one run, on a lent GPU machine with no package index, from the repository root:
-#   bash benchmarks/gpu_checklist.sh [STEP ...]   (steps: timers mfu notebooks tests grade; all when none named)
+#   bash benchmarks/gpu_checklist.sh [STEP ...]   (steps: timers mfu notebooks tests grade class; all when none named)
 # OUT: where the log, the plots, the executed notebooks and the gradebook go.
 # It expects the pure-Python packages that machine lacks as wheels in .whl/ (GPU.md says which and how; add
 # psutil, pytest-xdist and execnet for the tests), and takes bubblewrap from .whl/bwrap/ (the binary and its
@@ -26,7 +26,7 @@ if ! command -v bwrap >/dev/null && [ -x .whl/bwrap/bwrap ] && [ "$(id -u)" = 0 
 fi
 python3 -m ipykernel install --user --name resource-accounting --display-name "Python (resource accounting)" >/dev/null
 
-STEPS=" ${*:-timers mfu notebooks tests grade} "
+STEPS=" ${*:-timers mfu notebooks tests grade class} "
 wants() { [[ $STEPS == *" $1 "* ]]; }
 
 step() {  # step NAME SECONDS COMMAND...: run it under a time limit, log how it ended and how long it took
@@ -65,9 +65,17 @@ fi
 # 6. the demo cohort's grades, to compare with a CPU run's; then 1 (and 6's grading tests): every test, the CUDA
 # ones CPU runs skip among them, but those that need JupyterLab, a browser or a package index, which that machine
 # lacks. Ten workers on its 16 cores leave the grading tests' time limits some slack.
-if wants grade; then
-    step "grade demo" 150 python3 -m grader grade --out "$OUT/grades" --workers 8
+if wants grade; then  # --seed bench: the hidden inputs of a CPU run with the same seed, so grades.csv compares byte for byte
+    step "grade demo" 150 python3 -m grader grade --out "$OUT/grades" --workers 8 --seed bench
     tar -czf "$OUT/grades.tar.gz" -C "$OUT" grades && rm -rf "$OUT/grades"
+fi
+# 8. a generated class on every core (issue 29's 16-core figure), and the same mix on one worker for the
+# speed-up: CLASS="STUDENTS:WORKERS ..." (notebooks per second of each run; grades are compared within a run only)
+if wants class; then
+    for spec in ${CLASS:-48:16 4:1}; do
+        step "class $spec" 300 python3 benchmarks/grading.py --students "${spec%:*}" --workers "${spec#*:}" \
+            --no-whole-notebooks --no-sandbox-cost
+    done
 fi
 wants tests && step tests 330 python3 -m pytest -q -rfEs -p no:cacheprovider -n 10 --dist loadfile --junitxml "$OUT/junit.xml" \
     --ignore tests/test_lab.py --ignore tests/test_browser.py --ignore tests/test_release.py tests

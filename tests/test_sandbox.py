@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from grader.autograde.report import FORMULA_START, from_spreadsheet
-from grader.autograde.sandbox import bwrap_argv, bwrap_problem, choose, gpu_devices, kernel_env, stage_identity
+from grader.autograde.sandbox import bwrap_argv, bwrap_problem, choose, kernel_env, stage_identity
 from grader.runner import run_exercise
 from tests import hazards_sandbox as cheats
 
@@ -222,33 +222,31 @@ def test_sandbox_auto_without_bubblewrap_grades_and_warns_in_the_output_and_ever
 
 # ---------------------------------------------------------------- a GPU machine
 
-def test_the_gpus_device_files_reach_the_kernel(tmp_path):
-    """A notebook graded on a GPU machine runs on its GPU: the GPU's device files are bound into the sandbox's
-    minimal /dev (on an H200, without them, the kernel saw no GPU and a correct try_gpu() answered cpu while the
-    check counted one). This machine has none: files named as NVIDIA's and AMD's stand in for the search, and
-    a character device the sandbox's /dev lacks stands in for the binding."""
-    dev = tmp_path / "dev"
-    for name in ("nvidia0", "nvidiactl", "nvidia-uvm", "kfd", "null", "tty0"):
-        (dev / name).parent.mkdir(parents=True, exist_ok=True)
-        (dev / name).touch()
-    (dev / "nvidia-caps").mkdir()
-    (dev / "dri").mkdir()
-    assert gpu_devices(dev) == [str(dev / n) for n in ("dri", "kfd", "nvidia-caps", "nvidia-uvm", "nvidia0",
-                                                       "nvidiactl")]
+def test_no_gpu_reaches_the_kernel(tmp_path, monkeypatch):
+    """Grades never depend on the grading machine's GPU (checks judge devices on simulated ones): the sandbox binds
+    no device file of the machine's (a GPU's are character devices like the stand-in here), and the kernel's
+    environment hides every GPU whatever the grading process's says. With NVIDIA's files bound, a notebook could
+    set CUDA_VISIBLE_DEVICES itself before CUDA starts and use the GPU (the sandbox bound them until then)."""
+    from grader.autograde.kernel import Limits
+    from grader.autograde.launcher import Launcher
+
     stand_in = next((d for d in ("/dev/fuse", "/dev/kmsg", "/dev/loop-control") if Path(d).is_char_device()), None)
     if stand_in is None:
-        pytest.skip("no character device here that the sandbox's /dev lacks")
+        pytest.skip("no character device here that a minimal /dev lacks")
     public, folder = tmp_path / "public", tmp_path / "notebook"
     public.mkdir()
     (folder / "grader").mkdir(parents=True)
     stage_identity(folder, 1000)
     iso = choose("on", public)
-    probe = ["test", "-c", stand_in]
-    assert subprocess.run(bwrap_argv(iso, folder, folder, devices=[stand_in]) + probe).returncode == 0
-    assert subprocess.run(bwrap_argv(iso, folder, folder, devices=[]) + probe).returncode != 0
-    # which GPUs the instructor lent the run reaches the kernel; nothing else of the grader's environment does
-    env = kernel_env(iso, {"CUDA_VISIBLE_DEVICES": "1", "GITHUB_TOKEN": "secret"}, {}, folder)
-    assert env["CUDA_VISIBLE_DEVICES"] == "1" and "GITHUB_TOKEN" not in env
+    argv = bwrap_argv(iso, folder, folder)
+    assert not {"--dev-bind", "--dev-bind-try"} & set(argv)
+    assert subprocess.run([*argv, "test", "-c", "/dev/null"]).returncode == 0
+    assert subprocess.run([*argv, "test", "-e", stand_in]).returncode != 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("GITHUB_TOKEN", "secret")
+    env = Launcher(Limits(), iso, folder, folder, "token").env()
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and "GITHUB_TOKEN" not in env
+    assert "CUDA_VISIBLE_DEVICES" not in kernel_env(iso, {"CUDA_VISIBLE_DEVICES": "0"}, {}, folder)
 
 
 # ---------------------------------------------------------------- an instructor who is not root

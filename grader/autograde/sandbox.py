@@ -14,7 +14,7 @@ Two layers, chosen once per grading run (`--sandbox auto|on|off`):
   only folder it shares with the grading process is the exchange folder (the kernel's sockets and the
   bridge's files), which the grading process watches. No `$HOME` of the instructor, no course repository,
   no other submission, no network (a new network namespace with only loopback), a new PID namespace (when
-  the kernel dies, everything it started dies with it), and the GPU's device files where there is a GPU.
+  the kernel dies, everything it started dies with it), and no GPU's device file.
 
 Who the kernel is. Started by root (Gradescope, CI, containers), bubblewrap makes no user namespace: the
 kernel keeps only the right to change its user, and launch.py uses it before any notebook code runs, to
@@ -56,11 +56,10 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "ns
        "hosts", "host.conf", "fonts", "ssl", "ca-certificates", "alternatives", "mime.types", "matplotlibrc")
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What the kernel's environment keeps of the grading process's (the rest, tokens included, stays outside): the
-# locale, and which GPUs the instructor lent the run, so the kernel sees the GPUs the grading process counts.
-KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM",
-            "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-# A GPU's device files (NVIDIA's; AMD's for a ROCm build of torch): the sandbox's own /dev has none of them.
-GPU_DEVICES = ("nvidia*", "kfd", "dri")
+# locale. No GPU reaches a kernel: the sandbox's /dev has no GPU device file (checks judge devices on simulated
+# ones, so a grade never depends on the grading machine's GPU; with the files bound, a notebook could undo the
+# launcher's CUDA_VISIBLE_DEVICES="" before CUDA starts and use the machine's GPU).
+KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 SANDBOX_UID = 1000                # the kernel's uid and gid as an unprivileged bubblewrap maps them ("student")
 HOST_UID_BASE = 1_900_000_000     # as root: the kernel's host uid is this plus its grading worker's pid
 EXCHANGE = "grader"               # the one folder of the notebook's that the grading process reads and writes
@@ -211,27 +210,19 @@ def _python_roots() -> list[Path]:
     return keep
 
 
-def gpu_devices(dev: Path = Path("/dev")) -> list[str]:
-    """This machine's GPU device files (none on a machine without a GPU)."""
-    return sorted(str(p) for pattern in GPU_DEVICES for p in dev.glob(pattern))
-
-
 def file_space(disk: int) -> dict[str, int]:
     """Bytes of each in-memory file system a sandboxed kernel writes to, out of its `disk` budget."""
     return {place: max(2**20, int(disk * share)) for place, share in SHARES.items()}
 
 
-def bwrap_argv(iso: Isolation, folder: Path, cwd: Path, devices: list[str] | None = None,
-               disk: int = 2**30) -> list[str]:
+def bwrap_argv(iso: Isolation, folder: Path, cwd: Path, disk: int = 2**30) -> list[str]:
     """The bubblewrap command line that runs a kernel with `folder` (the notebook's own) as a size-limited
     in-memory folder holding a copy of its starting files (launch.py copies them from STAGE), its exchange
-    folder `folder/EXCHANGE` shared with the grading process, and the GPU's `devices` (this machine's when None)
-    usable in its otherwise minimal, read-only /dev. `cwd` is where the kernel starts (launch.py moves there)."""
+    folder `folder/EXCHANGE` shared with the grading process, and a minimal, read-only /dev (no GPU).
+    `cwd` is where the kernel starts (launch.py moves there)."""
     space = file_space(disk)
     argv = [shutil.which(iso.bwrap) or iso.bwrap, *_identity(iso.root), "--die-with-parent", "--new-session",
             "--proc", "/proc", "--dev", "/dev", *_tmpfs("/dev/shm", space["/dev/shm"], "1777")]
-    for device in gpu_devices() if devices is None else devices:
-        argv += ["--dev-bind-try", device, device]
     argv += ["--remount-ro", "/dev", *_tmpfs("/tmp", space["/tmp"], "1777"), "--ro-bind-try", "/sys", "/sys"]
     made: set[str] = {"/", "/tmp", "/dev", "/sys", "/proc"}
     for top in SYSTEM:
