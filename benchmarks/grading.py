@@ -33,13 +33,16 @@ PER_NOTEBOOK_TARGET, SPEEDUP_TARGET, SANDBOX_TARGET = 3.2, 1.8, 1.05
 SEED = "bench"  # the same hidden inputs in every run, so grades.csv can be compared byte for byte
 # A hazardous student's extra cell, in turns: a loop the cell time limit stops, a kernel that exits, memory.
 HAZARDS = ("while True:\n    pass\n", "import os\nos._exit(1)\n", "x = bytearray(64 * 2**30)\n")
+# The kinds of a generated class's students, in turn. A hazardous student's loop runs to the cell limit (60 s)
+# in each of its notebooks: "by kind" shows the others' seconds apart from it.
+KINDS = ("solved", "half", "blank", "hazardous")
 
 
 def build_class(root: Path, students: int) -> Path:
     """N students x every chapter: solved, half solved, blank and hazardous (solved plus one bad cell), in turn."""
     solutions = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
     for i in range(students):
-        kind = ("solved", "half", "blank", "hazardous")[i % 4]
+        kind = KINDS[i % len(KINDS)]
         for path in solutions:
             nb = answered(nbformat.read(path, as_version=4), {"half": 0.5, "blank": 0.0}.get(kind, 1.0))
             if kind == "hazardous":
@@ -80,6 +83,13 @@ def report(label: str, out: Path, wall: float) -> float:
     print(f"  {label:<28} {wall:7.1f} s wall, {len(graded) / wall:5.2f} notebooks/s, "
           f"{per:5.2f} worker-s per notebook ({shares}; the rest: files, scratch, waiting)")
     print("    by chapter: " + ", ".join(f"{c[:2]} {sum(v) / len(v):.1f}" for c, v in sorted(by_chapter.items())))
+    by_kind = defaultdict(list)  # a generated class's students are named for their kind (build_class)
+    for r in graded:
+        if (kind := r["student"].split(" ")[0]) in KINDS:
+            by_kind[kind].append(r["seconds"])
+    if by_kind:
+        print("    by kind of student: " + ", ".join(f"{k} {sum(by_kind[k]) / len(by_kind[k]):.1f}"
+                                                 for k in KINDS if k in by_kind))
     return per
 
 
