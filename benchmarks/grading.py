@@ -22,6 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import nbformat
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,12 +54,19 @@ def build_class(root: Path, students: int) -> Path:
     return root
 
 
+BUSY: dict[Path, float] = {}  # OUT -> cores busy on average while it was graded (the whole machine's, psutil)
+
+
 def grade(cohort: Path, out: Path, workers: int, *flags: str) -> float:
-    """Wall seconds of `python -m grader grade` into a fresh OUT (nothing reused)."""
-    start = time.perf_counter()
+    """Wall seconds of `python -m grader grade` into a fresh OUT (nothing reused); how many cores the machine kept
+    busy meanwhile goes to BUSY (a speed-up short of the worker count with every core busy is the CPU's limit)."""
+    before, start = psutil.cpu_times(), time.perf_counter()
     subprocess.run([sys.executable, "-m", "grader", "grade", str(cohort), "--out", str(out), "--workers",
                     str(workers), "--seed", SEED, *flags], cwd=ROOT, check=True, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall, after = time.perf_counter() - start, psutil.cpu_times()
+    busy = sum(getattr(after, k, 0.0) - getattr(before, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq"))
+    BUSY[out] = busy / wall
+    return wall
 
 
 def records(out: Path) -> list[dict]:
@@ -80,7 +88,8 @@ def report(label: str, out: Path, wall: float) -> float:
         by_chapter[r["chapter"]].append(r["seconds"])
     total = sum(r["seconds"] for r in graded) or 1.0
     shares = ", ".join(f"{k} {100 * phases[k] / total:.0f}%" for k in ("start", "cells", "checks"))
-    print(f"  {label:<28} {wall:7.1f} s wall, {len(graded) / wall:5.2f} notebooks/s, "
+    busy = f", {BUSY[out]:.2f} of {core_count()} cores busy" if out in BUSY else ""
+    print(f"  {label:<28} {wall:7.1f} s wall, {len(graded) / wall:5.2f} notebooks/s{busy}, "
           f"{per:5.2f} worker-s per notebook ({shares}; the rest: files, scratch, waiting)")
     print("    by chapter: " + ", ".join(f"{c[:2]} {sum(v) / len(v):.1f}" for c, v in sorted(by_chapter.items())))
     by_kind = defaultdict(list)  # a generated class's students are named for their kind (build_class)
