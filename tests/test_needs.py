@@ -2,6 +2,9 @@
 the reason (a stub function, a missing name, a class with one method still a stub)."""
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -11,10 +14,16 @@ ONE_WORDING = "Skipped: this cell uses {}, not written yet. Run it again once {}
 
 
 @pytest.fixture(scope="module")
-def shell() -> InteractiveShell:
+def shell() -> Iterator[InteractiveShell]:
+    """An IPython shell in this process. Creating one makes its namespace module `sys.modules["__main__"]`, an
+    object without `__spec__`: left there, every later test in the process that starts a forkserver failed
+    (multiprocessing reads `__main__.__spec__`; tests/test_regrade.py after this file, on one pytest worker)."""
+    main = sys.modules["__main__"]
     sh = InteractiveShell.instance()
     needs.register(sh)
-    return sh
+    yield sh
+    InteractiveShell.clear_instance()
+    sys.modules["__main__"] = main
 
 
 def skip_line(shell: InteractiveShell, capsys, setup: str, cell: str) -> str:
