@@ -1,11 +1,13 @@
 """What grading a class costs, for `make bench`: worker-seconds per notebook, where they go, and how it scales.
 
 1. The demo cohort (3 students x 10 chapters) graded with 1 worker, with every available worker count up to the
-   cores, and with `--whole-notebooks`: notebooks per second, worker-seconds per notebook (the sum of the
-   records' wall times over notebooks graded) by chapter, the share of kernel start, cells and checks, the
-   speed-up per worker count, and whether grades.csv is the same every way.
+   cores (or those `--workers 1,4,16` names), and with `--whole-notebooks` (unless `--no-whole-notebooks`):
+   notebooks per second, the cores the machine kept busy, worker-seconds per notebook (the sum of the records'
+   wall times over notebooks graded) by chapter, the share of kernel start, cells and checks, the speed-up per
+   worker count, and whether grades.csv is the same every way.
    Targets: <= 3.2 worker-seconds per notebook on average; 2 workers >= 1.8x one worker.
-2. `--students N`: a generated class of N students (solved, half solved, blank and hazardous, mixed) instead.
+2. `--students N`: a generated class of N students (solved, half solved, blank and hazardous, in turn) instead,
+   with worker-seconds per notebook by kind of student.
 3. The sandbox's cost: the demo cohort with `--sandbox on` and `--sandbox off`, alternately; target <= 1.05x.
 Reports, never gates.
 """
