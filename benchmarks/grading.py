@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader.authoring.demo import answered  # noqa: E402
+from grader.autograde.cohort import default_workers  # noqa: E402  (the cores this process may run on)
 
 DEMO = ROOT / "demo" / "submissions"
 PER_NOTEBOOK_TARGET, SPEEDUP_TARGET, SANDBOX_TARGET = 3.2, 1.8, 1.05
@@ -90,7 +90,7 @@ def report(label: str, out: Path, wall: float) -> float:
         by_chapter[r["chapter"]].append(r["seconds"])
     total = sum(r["seconds"] for r in graded) or 1.0
     shares = ", ".join(f"{k} {100 * phases[k] / total:.0f}%" for k in ("start", "cells", "checks"))
-    busy = f", {BUSY[out]:.2f} of {core_count()} cores busy" if out in BUSY else ""
+    busy = f", {BUSY[out]:.2f} of {default_workers()} cores busy" if out in BUSY else ""
     print(f"  {label:<28} {wall:7.1f} s wall, {len(graded) / wall:5.2f} notebooks/s{busy}, "
           f"{per:5.2f} worker-s per notebook ({shares}; the rest: files, scratch, waiting)")
     print("    by chapter: " + ", ".join(f"{c[:2]} {sum(v) / len(v):.1f}" for c, v in sorted(by_chapter.items())))
@@ -104,11 +104,6 @@ def report(label: str, out: Path, wall: float) -> float:
     return per
 
 
-def core_count() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def worker_counts(cores: int) -> list[int]:
     """1, 2, 4, ... up to the cores, and the core count itself."""
     return sorted({1, *(2**k for k in range(1, 8) if 2**k <= cores), cores})
@@ -116,7 +111,7 @@ def worker_counts(cores: int) -> list[int]:
 
 def scaling(cohort: Path, root: Path, label: str, counts: list[int], whole: bool = True) -> None:
     """Grade COHORT with each worker count (and once whole): the figures, the speed-ups, and whether grades agree."""
-    print(f"\n{label}: --seed {SEED}, {core_count()} cores")
+    print(f"\n{label}: --seed {SEED}, {default_workers()} cores")
     walls, outs, per = {}, {}, {}
     for n in counts:
         outs[n] = root / f"{label}-{n}"
@@ -170,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-whole-notebooks", action="store_true",
                         help="skip the --whole-notebooks run that grades.csv is compared with")
     args = parser.parse_args(argv)
-    counts = args.workers or worker_counts(core_count())
+    counts = args.workers or worker_counts(default_workers())
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
         root = Path(tmp)
         if not args.sandbox_only:
