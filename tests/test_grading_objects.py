@@ -36,7 +36,8 @@ def grade_processes() -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "launch.py" in cmd or ("multiprocessing" in cmd and ("spawn_main" in cmd or "forkserver" in cmd)):
+        kernel = any(name in cmd for name in ("launch.py", "template_main.py", "door.py"))  # forked kernels: template's
+        if kernel or ("multiprocessing" in cmd and ("spawn_main" in cmd or "forkserver" in cmd)):
             try:
                 if str(RUN_TMP) in cmd or str(RUN_TMP) in p.environ().get("PYTHONPATH", ""):
                     found.append(p)

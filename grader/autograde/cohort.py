@@ -32,9 +32,9 @@ from grader.autograde.adjust import Options, prepare
 from grader.autograde.canvas import collect_submissions
 from grader.autograde.classpage import write_class_report
 from grader.autograde.collect import Submission
-from grader.autograde import integrity, warm
+from grader.autograde import integrity, template, warm
 from grader.autograde.kernel import Limits
-from grader.autograde.launcher import scratch_base
+from grader.autograde.launcher import Launcher, scratch_base
 from grader.autograde.notebook import grade, whole_notebook
 from grader.autograde.records import NotebookRecord
 from grader.autograde.regrade import Selection
@@ -164,17 +164,20 @@ def _watch(guard: Guard) -> integrity.Watch:
     return _WATCH
 
 
-def _worker_init(environ: dict[str, str], cwd: str) -> None:
+def _worker_init(environ: dict[str, str], cwd: str, limits: Limits, isolation: Isolation) -> None:
     """The grading process's environment and folder (a forkserver's workers would otherwise have the server's,
-    from its start), torch's threads, and the checks. It writes no bytecode: nothing it runs changes while it
-    grades (integrity.py)."""
+    from its start), the kernel template started (template.py), torch's threads, and the checks. It writes no
+    bytecode: nothing it runs changes while it grades (integrity.py)."""
     import torch
 
     sys.dont_write_bytecode = True
     warm.AHEAD.enable()
+    template.TEMPLATE.enable()
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
+    if template.TEMPLATE.usable(isolation):
+        template.TEMPLATE.prepare(isolation, Launcher(limits, isolation, Path(cwd), Path(cwd), "").env())
     registry.load(hidden=True)  # once per worker, before its first notebook
     torch.set_num_threads(1)  # the checks here are small; the cores belong to the kernels
 
@@ -375,7 +378,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                           reused=run.reused)
         writer = Writer(out, run, summary, selection)
         done = writer.complete()
-        pool = _pool(workers, start_method()) if run.pending else None
+        pool = _pool(workers, start_method(), limits, isolation) if run.pending else None
         with Progress(*_COLUMNS, console=console, transient=False) as progress:
             bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")
             for record in _execute(run.pending, pool, workers, limits, scratch_root, isolation, course,
@@ -404,7 +407,7 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
     tries: dict[int, int] = {}
     while queue:
         # A replacement pool is spawned: forking now would copy the progress bar's thread mid-flight.
-        pool = pool or _pool(workers, "spawn")
+        pool = pool or _pool(workers, "spawn", limits, isolation)
         with pool:
             running: dict[Future, Task] = {}
             broken = False
@@ -458,13 +461,13 @@ def start_method() -> str:
     return "forkserver" if torch.backends.cuda.is_built() else "fork"
 
 
-def _pool(workers: int, method: str) -> ProcessPoolExecutor:
+def _pool(workers: int, method: str, limits: Limits, isolation: Isolation) -> ProcessPoolExecutor:
     """Worker processes, started at once (a forked pool before any other thread exists)."""
     ctx = get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts, at the first pool
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
-                               initargs=(dict(os.environ), os.getcwd()))
+                               initargs=(dict(os.environ), os.getcwd(), limits, isolation))
     for fut in [pool.submit(_ready) for _ in range(max(1, workers))]:
         fut.result()
     return pool

@@ -29,6 +29,7 @@ from grader.autograde.diskwatch import EXCHANGE_BYTES, EXCHANGE_ENTRIES, DiskWat
 from grader.autograde.launcher import Launcher
 from grader.autograde.processes import KernelProcesses, kill
 from grader.autograde.sandbox import Isolation
+from grader.autograde.template import TEMPLATE, TemplateUnavailable, find_door
 
 GiB = 2**30
 REPLAY_SLOW_CELL = 2.0  # seconds a timed-out cell gets when the notebook is replayed
@@ -130,6 +131,19 @@ class NotebookKernel:
                 env["GRADER_WAIT_NICE"] = str(AHEAD_NICE)
         self._client = client  # before it starts: whatever part of the start failed, close() ends it
         client.start_new_kernel(cwd=str(self.cwd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.launcher.forked:
+            try:
+                self._fork_from_template(km, env)
+            except TemplateUnavailable:  # started as launch.py starts it, this once and after
+                self.launcher.fork = False
+                self.close()
+                self.launch(ahead)
+
+    def _fork_from_template(self, km: Any, env: dict[str, str]) -> None:
+        """Fork this start's kernel from the template into the sandbox bubblewrap just made (template.py)."""
+        door = find_door(km.provisioner.pid)
+        argv = [self.isolation.launch, "-f", km.connection_file]
+        self.processes.adopt(TEMPLATE.spawn(self.isolation, env, door, argv, str(self.folder)), door)
 
     def go(self) -> None:
         """Let a kernel started ahead go on: the notebook's files are in its folder now; as root, at normal

@@ -18,6 +18,9 @@ every machine.
 
 In a sandbox (sandbox.py) the kernel's parent is the sandbox's own init, so ipykernel must not watch its
 parent's pid (it would see pid 1 and exit).
+
+A grading worker's sandboxed kernels are instead forked from the kernel template (template_main.py), which did
+the imports once; each then takes the steps above but the imports, in the same order (`confine_kernel`, `start`).
 """
 import os
 import resource
@@ -36,7 +39,7 @@ def address_space() -> int:
     return 0
 
 
-def _confine():
+def confine_kernel():
     """Every step above that comes before torch, from the environment the grader set; the confine module, for
     the steps after."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -78,16 +81,14 @@ def _enter_folder(confine) -> None:
 WAIT_SECONDS = 3600  # how long a kernel started ahead waits for its notebook
 
 
-if __name__ == "__main__":
-    # Started by file path, so the grader package is first imported inside the running kernel (where
-    # `import grader` registers its cell magic). Neither this file's folder nor the notebook's folder may
-    # shadow torch or grader while the kernel starts (ipykernel_launcher drops the latter too): the notebook's
-    # files are not even there until torch and ipykernel are imported.
-    confined = _confine()
+def prepare_imports() -> None:
+    """Before torch and ipykernel are imported: neither this file's folder nor the notebook's may shadow them (or
+    grader), an editable install's finder must not map `grader` to the course repository, and in a sandbox
+    ipykernel must not watch its parent (JPY_PARENT_PID, read when ipykernel is imported)."""
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and sys.path[0] in ("", os.getcwd(), here):
         del sys.path[0]
-    if os.environ.get("GRADER_SANDBOX"):
+    if os.environ.get("GRADER_SANDBOX"):  # read when ipykernel is imported: gone before
         os.environ.pop("JPY_PARENT_PID", None)
     if os.environ.pop("GRADER_PUBLIC", ""):
         # An editable install of the course puts a finder on sys.meta_path that maps every `grader.*` name
@@ -96,7 +97,10 @@ if __name__ == "__main__":
             mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
             if isinstance(mapping, dict) and "grader" in mapping:
                 sys.meta_path.remove(finder)
-    import torch  # noqa: F401  (every notebook imports it; counted in the baseline, not against the notebook)
+
+
+def start(confined) -> None:
+    """After the imports: the notebook's folder, the memory cap, then ipykernel (never returns while it runs)."""
     from ipykernel import kernelapp
 
     _enter_folder(confined)
@@ -105,3 +109,15 @@ if __name__ == "__main__":
         total = address_space() + limit
         resource.setrlimit(resource.RLIMIT_AS, (total, total))
     kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    # Started by file path, so the grader package is first imported inside the running kernel (where
+    # `import grader` registers its cell magic). The notebook's files are not even in its folder until torch
+    # and ipykernel are imported. A kernel forked from the template (template_main.py) takes the same steps.
+    confined = confine_kernel()
+    prepare_imports()
+    import torch  # noqa: F401  (every notebook imports it; counted in the baseline, not against the notebook)
+    from ipykernel import kernelapp  # noqa: F401
+
+    start(confined)

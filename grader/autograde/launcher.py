@@ -14,6 +14,7 @@ from jupyter_client.manager import AsyncKernelManager
 from grader.autograde import sandbox
 from grader.autograde.diskwatch import EXCHANGE_BYTES, EXCHANGE_ENTRIES, FOLDER_ENTRIES
 from grader.autograde.sandbox import Isolation
+from grader.autograde.template import TEMPLATE
 
 _LAUNCH = str(Path(__file__).with_name("launch.py"))  # by path: see launch.py
 # A Unix socket's path holds at most 107 bytes (sun_path); the kernel binds its folder for the sockets plus
@@ -59,6 +60,8 @@ class Launcher:
         self.home = folder / "home"
         self.ipc = ""
         self._prepared = False
+        self.fork = True     # fork the kernel from the template where it can be (False after the template failed)
+        self.forked = False  # this start's kernel is forked from the template (manager decides)
 
     def env(self) -> dict[str, str]:
         n = str(self.limits.threads)
@@ -106,7 +109,11 @@ class Launcher:
         km = GradingKernelManager(transport="ipc", ip=self._socket_path(),
                                   connection_file=os.path.join(self.ipc, "connection.json"))
         prefix = sandbox.bwrap_argv(iso, self.folder, self.cwd, disk=self.limits.files) if iso.kind == "bwrap" else []
-        km.launch_argv = [*prefix, sys.executable, iso.launch]
+        self.forked = self.fork and TEMPLATE.usable(iso)
+        if self.forked:  # the kernel is forked into the sandbox from the template; its door holds it open
+            km.launch_argv = [*prefix, sys.executable, "-I", "-S", str(Path(iso.launch).with_name("door.py"))]
+        else:
+            km.launch_argv = [*prefix, sys.executable, iso.launch]
         km.owner = sandbox.user_ids(iso)
         return km
 

@@ -68,11 +68,18 @@ class KernelProcesses:
     def __init__(self, isolation: Isolation | None, token: str, launched: Callable[[], int | None]) -> None:
         self.isolation, self.token, self._launched_pid = isolation, token, launched
         self._kernel_pid: int | None = None
+        self._door: int | None = None
         reap_orphans()
 
     def forget(self) -> None:
         """A new kernel was started: find its process again."""
         self._kernel_pid = None
+        self._door = None
+
+    def adopt(self, kernel: int, door: int) -> None:
+        """The kernel was forked into the sandbox from the template (template.py): it is `kernel`, outside
+        bubblewrap's tree, and bubblewrap's first process is the `door` that holds the sandbox open for it."""
+        self._kernel_pid, self._door = kernel, door
 
     @property
     def _sandboxed(self) -> bool:
@@ -127,7 +134,7 @@ class KernelProcesses:
             pass
         bwrap = os.path.realpath(shutil.which(self.isolation.bwrap) or self.isolation.bwrap) if self.isolation else ""
         for p in self.sandbox():
-            if p.pid != pid and os.path.realpath(_exe(p)) != bwrap:
+            if p.pid not in (pid, self._door) and os.path.realpath(_exe(p)) != bwrap:
                 found[p.pid] = p
         if self.isolation is not None and self.isolation.kind == "user":
             uid = (sandbox.user_ids(self.isolation) or (None,))[0]

@@ -48,7 +48,9 @@ from grader.autograde import integrity
 MODES = ("auto", "on", "off")
 GRADER_DIR = Path(__file__).resolve().parents[1]
 LAUNCH = Path(__file__).with_name("launch.py")
-CONFINE = Path(__file__).with_name("confine.py")   # copied beside the launcher: it runs before any grader import
+# Copied beside the launcher, run before any grader import: its confinement steps, the kernel template that forks
+# a grading worker's kernels (template.py), and the door that holds a forked kernel's sandbox open.
+BESIDE_LAUNCH = tuple(Path(__file__).with_name(name) for name in ("confine.py", "template_main.py", "door.py"))
 PRIVATE_PACKAGES = ("hidden", "authoring", "autograde")  # grader/ subpackages that stay with the course staff
 # The files of /etc a Python kernel needs (dynamic linker, time zone, fonts, TLS roots): not the rest. Its
 # passwd and group are the sandbox's own (stage_identity), naming no user of this machine.
@@ -148,8 +150,8 @@ def build_public(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     package = folder / "grader"
     shutil.copytree(GRADER_DIR, package, ignore=_public_only)
-    shutil.copy2(LAUNCH, folder / "launch.py")
-    shutil.copy2(CONFINE, folder / "confine.py")
+    for path in (LAUNCH, *BESIDE_LAUNCH):
+        shutil.copy2(path, folder / path.name)
     compileall.compile_dir(package, quiet=1, workers=1)  # kernels cannot write bytecode into a read-only view
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)  # readable by an unprivileged kernel user

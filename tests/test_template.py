@@ -1,0 +1,145 @@
+"""Kernels forked from the kernel template (grader/autograde/template.py) are as confined as kernels started
+through launch.py: the same sandbox, namespaces, user, syscall filter and limits, before any notebook code runs;
+and where the template cannot serve, kernels start through launch.py and grading goes on.
+
+Run as root with bubblewrap (as CI, Gradescope and containers grade); each test skips, saying why, elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from grader.autograde import sandbox, template
+from grader.autograde.kernel import Limits, NotebookKernel
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACES = ("mnt", "pid", "net", "ipc", "uts", "cgroup", "user")
+
+# What a kernel sees of itself and of the machine, written to its exchange folder (the one the grader reads).
+PROBE = r"""
+import json, os, socket
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=1).close()
+    ssh = "reached"
+except OSError as e:
+    ssh = type(e).__name__
+try:
+    os.mkdir("/usr/escape")
+    usr = "written"
+except OSError as e:
+    usr = type(e).__name__
+out = {"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid(), "cwd": os.getcwd(),
+       "seccomp": status["Seccomp"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+       "cap_eff": status["CapEff"].strip(), "cap_prm": status["CapPrm"].strip(),
+       "init": open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode(),
+       "repository": os.path.exists(%(repo)r), "interfaces": sorted(n for _, n in socket.if_nameindex()),
+       "ssh": ssh, "usr": usr, "hash": hash("seed"), "threads": os.environ.get("OMP_NUM_THREADS"),
+       "env_token": os.environ.get("GRADER_NOTEBOOK"), "parent_pid": os.environ.get("JPY_PARENT_PID"),
+       "limits": [__import__("resource").getrlimit(r) for r in (6, 1, 9)],  # NPROC, FSIZE, AS
+       "files": sorted(os.listdir(".")), "nice": os.nice(0)}
+open("../grader/probe.json", "w").write(json.dumps(out))
+"""
+
+
+def root_with_bubblewrap() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the template forks kernels only for a grader running as root")
+    problem = sandbox.bwrap_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture
+def isolation(tmp_path):
+    root_with_bubblewrap()
+    return sandbox.choose("on", sandbox.public_tree(tmp_path))
+
+
+@pytest.fixture
+def forking():
+    """The template enabled, as in a grading worker; closed and disabled again after the test."""
+    was = template.TEMPLATE.enabled
+    template.TEMPLATE.enabled = True
+    yield template.TEMPLATE
+    template.TEMPLATE.close()
+    template.TEMPLATE.enabled = was
+
+
+def probe(isolation, ahead: bool = False) -> tuple[dict, NotebookKernel, dict[str, int], dict[str, int]]:
+    """Start a kernel for a notebook folder holding one file, run PROBE in it; what it saw, the kernel, and the
+    namespaces (as seen from here) of the kernel and of the sandbox (bubblewrap's first process)."""
+    top = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))
+    top.chmod(0o711)
+    folder = top / "run"
+    (folder / "notebooks").mkdir(parents=True)
+    (folder / "notebooks" / "data.txt").write_text("the notebook's file\n")
+    kernel = NotebookKernel([], folder / "notebooks", Limits(), isolation=isolation, folder=folder)
+    try:
+        kernel.launch(ahead=ahead)
+        kernel.go()
+        kernel.connect()
+        outcome = kernel.execute(PROBE % {"repo": str(ROOT / "solutions")}, 60)
+        assert outcome.status == "ok", outcome
+        first = psutil.Process(kernel.processes.launched().pid).children()[0]  # bubblewrap's first process
+        spaces = {pid: {name: os.stat(f"/proc/{pid}/ns/{name}").st_ino for name in NAMESPACES}
+                  for pid in (kernel.kernel_pid(), first.pid)}
+        seen = json.loads((folder / "grader" / "probe.json").read_text())
+        return seen, kernel, spaces[kernel.kernel_pid()], spaces[first.pid]
+    finally:
+        kernel.close()
+
+
+def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
+    """Catches a forked kernel that misses a namespace, keeps root or a capability, skips the seccomp filter or a
+    limit, sees this machine's files or network, or differs from a launched kernel in what a notebook sees."""
+    forking.enabled = False
+    launched, kernel, _, _ = probe(isolation)
+    assert not kernel.launcher.forked
+    forking.enabled = True  # forked, for a notebook graded at once and for one started ahead of its notebook
+    for ahead in (False, True):
+        forked, kernel, spaces, sandbox_spaces = probe(isolation, ahead=ahead)
+        assert kernel.launcher.forked
+        assert forked["init"].endswith("bwrap") and forked["pid"] != 1
+        assert spaces == sandbox_spaces  # every namespace is the sandbox's, none is this machine's (but user)
+        mine = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in NAMESPACES}
+        assert [n for n in NAMESPACES if spaces[n] == mine[n]] == ["user"]  # as root, bubblewrap makes no user ns
+        for key in ("uid", "gid", "seccomp", "no_new_privs", "cap_eff", "cap_prm", "repository", "interfaces",
+                    "ssh", "usr", "hash", "threads", "parent_pid", "files", "nice"):
+            assert forked[key] == launched[key], (key, forked[key], launched[key])
+        assert forked["uid"] == sandbox.HOST_UID_BASE + os.getpid()
+        assert forked["seccomp"] == "2" and forked["no_new_privs"] == "1"
+        assert int(forked["cap_eff"], 16) == 0 and int(forked["cap_prm"], 16) == 0
+        assert forked["repository"] is False and forked["interfaces"] == ["lo"] and forked["ssh"] != "reached"
+        assert forked["usr"] in ("OSError", "PermissionError") and forked["files"] == ["data.txt"]
+        assert forked["parent_pid"] is None and forked["env_token"]
+        assert forked["limits"][:2] == launched["limits"][:2]  # processes, file size
+        assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start
+
+
+def test_a_template_that_cannot_start_leaves_kernels_to_launch_py(isolation, forking, monkeypatch):
+    """Catches a template failure that stops grading: the kernel starts through launch.py instead, and so does
+    every later one of this notebook."""
+    monkeypatch.setattr(template, "READY_SECONDS", 5)
+    monkeypatch.setattr(template.Template, "_start", lambda self, iso, env: (_ for _ in ()).throw(
+        template.TemplateUnavailable("the kernel template did not start (a test)")))
+    seen, kernel, _, _ = probe(isolation)
+    assert not kernel.launcher.forked and not kernel.launcher.fork
+    assert seen["init"].endswith("bwrap") and seen["seccomp"] == "2"
+
+
+def test_the_template_leaves_no_process_behind(isolation, forking):
+    """Catches a template, or a child of it waiting on a kernel, that outlives the kernel or the worker."""
+    probe(isolation)
+    process = forking._process
+    assert process is not None and process.poll() is None
+    children = psutil.Process(process.pid).children(recursive=True)
+    forking.close()
+    assert process.poll() is not None
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == []
