@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import multiprocessing.forkserver
 import subprocess
 
 import pytest
@@ -21,6 +22,13 @@ from grader.autograde import cohort
 
 def _no_pool(*_args, **_kwargs):
     raise AssertionError("this run grades notebooks: run it as a subprocess (`python -m grader ...`), not in-process")
+
+
+def _stop_forkserver() -> None:
+    """End this process's forkserver, which the grading pool started with its own preload (torch alone). A process
+    has one; left running, every later user in this pytest worker would fork from it, as `grader.course.distributed`
+    does for each launch of ranks, which then import torch.distributed and torch._dynamo again, rank by rank."""
+    multiprocessing.forkserver._forkserver._stop()
 
 
 def run_grader(*args: str, forkserver: bool = False) -> subprocess.CompletedProcess:
@@ -36,4 +44,7 @@ def run_grader(*args: str, forkserver: bool = False) -> subprocess.CompletedProc
             code = main(list(args))
         except SystemExit as e:  # argparse's own refusals
             code = e.code if isinstance(e.code, int) else 2
+        finally:
+            if forkserver:
+                _stop_forkserver()
     return subprocess.CompletedProcess(["python", "-m", "grader", *args], code, out.getvalue(), err.getvalue())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -16,6 +17,7 @@ import pytest
 
 from grader.autograde import sandbox, template
 from grader.autograde.kernel import Limits, NotebookKernel
+from grader.autograde.launcher import Launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACES = ("mnt", "pid", "net", "ipc", "uts", "cgroup", "user")
@@ -62,10 +64,15 @@ def isolation(tmp_path):
 
 
 @pytest.fixture
-def forking():
-    """The template enabled, as in a grading worker; closed and disabled again after the test."""
+def forking(isolation):
+    """The template enabled and started for `isolation`, as in a grading worker that grades several notebooks
+    (cohort._worker_init), done with its imports; closed and disabled again after the test."""
     was = template.TEMPLATE.enabled
     template.TEMPLATE.enabled = True
+    template.TEMPLATE.prepare(isolation, Launcher(Limits(), isolation, Path("/"), Path("/"), "").env())
+    deadline = time.monotonic() + template.READY_SECONDS
+    while not template.TEMPLATE.ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
     yield template.TEMPLATE
     template.TEMPLATE.close()
     template.TEMPLATE.enabled = was
@@ -122,15 +129,18 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start
 
 
-def test_a_template_that_cannot_start_leaves_kernels_to_launch_py(isolation, forking, monkeypatch):
-    """Catches a template failure that stops grading: the kernel starts through launch.py instead, and so does
-    every later one of this notebook."""
-    monkeypatch.setattr(template, "READY_SECONDS", 5)
-    monkeypatch.setattr(template.Template, "_start", lambda self, iso, env: (_ for _ in ()).throw(
-        template.TemplateUnavailable("the kernel template did not start (a test)")))
+def test_a_template_that_fails_leaves_kernels_to_launch_py(isolation, forking):
+    """Catches a template failure that stops grading: a kernel whose fork fails starts through launch.py instead
+    (and so do this notebook's later ones), and one that comes before the template is ready does not wait."""
+    forking._process.kill()  # the template is gone: its socket answers nothing
+    forking._process.wait()
     seen, kernel, _, _ = probe(isolation)
     assert not kernel.launcher.forked and not kernel.launcher.fork
     assert seen["init"].endswith("bwrap") and seen["seccomp"] == "2"
+    forking.prepare(isolation, Launcher(Limits(), isolation, Path("/"), Path("/"), "").env())
+    assert not forking.ready()  # just started: its imports take seconds, which no kernel waits for
+    seen, kernel, _, _ = probe(isolation)
+    assert not kernel.launcher.forked and seen["seccomp"] == "2"
 
 
 def test_the_template_leaves_no_process_behind(isolation, forking):

@@ -164,10 +164,11 @@ def _watch(guard: Guard) -> integrity.Watch:
     return _WATCH
 
 
-def _worker_init(environ: dict[str, str], cwd: str, limits: Limits, isolation: Isolation) -> None:
+def _worker_init(environ: dict[str, str], cwd: str, limits: Limits, isolation: Isolation, fork: bool) -> None:
     """The grading process's environment and folder (a forkserver's workers would otherwise have the server's,
-    from its start), the kernel template started (template.py), torch's threads, and the checks. It writes no
-    bytecode: nothing it runs changes while it grades (integrity.py)."""
+    from its start), the kernel template started if `fork` (template.py: each worker grades several notebooks),
+    torch's threads, and the checks. It writes no bytecode: nothing it runs changes while it grades
+    (integrity.py)."""
     import torch
 
     sys.dont_write_bytecode = True
@@ -176,7 +177,7 @@ def _worker_init(environ: dict[str, str], cwd: str, limits: Limits, isolation: I
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
-    if template.TEMPLATE.usable(isolation):
+    if fork and template.TEMPLATE.suits(isolation):
         template.TEMPLATE.prepare(isolation, Launcher(limits, isolation, Path(cwd), Path(cwd), "").env())
     registry.load(hidden=True)  # once per worker, before its first notebook
     torch.set_num_threads(1)  # the checks here are small; the cores belong to the kernels
@@ -378,7 +379,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                           reused=run.reused)
         writer = Writer(out, run, summary, selection)
         done = writer.complete()
-        pool = _pool(workers, start_method(), limits, isolation) if run.pending else None
+        pool = _pool(workers, start_method(), limits, isolation, len(run.pending)) if run.pending else None
         with Progress(*_COLUMNS, console=console, transient=False) as progress:
             bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")
             for record in _execute(run.pending, pool, workers, limits, scratch_root, isolation, course,
@@ -407,7 +408,7 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
     tries: dict[int, int] = {}
     while queue:
         # A replacement pool is spawned: forking now would copy the progress bar's thread mid-flight.
-        pool = pool or _pool(workers, "spawn", limits, isolation)
+        pool = pool or _pool(workers, "spawn", limits, isolation, len(queue))
         with pool:
             running: dict[Future, Task] = {}
             broken = False
@@ -461,13 +462,15 @@ def start_method() -> str:
     return "forkserver" if torch.backends.cuda.is_built() else "fork"
 
 
-def _pool(workers: int, method: str, limits: Limits, isolation: Isolation) -> ProcessPoolExecutor:
-    """Worker processes, started at once (a forked pool before any other thread exists)."""
+def _pool(workers: int, method: str, limits: Limits, isolation: Isolation, notebooks: int) -> ProcessPoolExecutor:
+    """Worker processes for `notebooks`, started at once (a forked pool before any other thread exists); each
+    starts a kernel template if it will grade more than one."""
     ctx = get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts, at the first pool
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
-                               initargs=(dict(os.environ), os.getcwd(), limits, isolation))
+                               initargs=(dict(os.environ), os.getcwd(), limits, isolation,
+                                         notebooks > max(1, workers)))
     for fut in [pool.submit(_ready) for _ in range(max(1, workers))]:
         fut.result()
     return pool

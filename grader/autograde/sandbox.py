@@ -22,7 +22,9 @@ become a host uid of its own (HOST_UID_BASE + the grading worker's pid: no accou
 capabilities, its own process count). Started by an instructor who is not root, bubblewrap maps that
 instructor's uid to uid 1000 in a new user namespace, with no capabilities and no further namespaces. In
 both, a seccomp filter (confine.py) refuses mount, namespaces, ptrace, kernel keys, modules and BPF, and
-resource limits cap processes, file sizes and memory.
+resource limits cap processes, file sizes and memory. As root, a grading worker's kernels may instead be
+forked from the kernel template into the sandbox bubblewrap made (template.py): the same namespaces, root
+and steps, without importing torch again.
 
 Where bubblewrap cannot run (not installed, or namespaces refused, as in many Docker containers), the
 Gradescope autograder falls back to running the kernel as an unprivileged user (`kernel_user`) that

@@ -5,14 +5,16 @@ from it into its notebook's own sandbox: bubblewrap still makes a fresh sandbox 
 `door` process in it, and the forked kernel joins that sandbox's namespaces and root before it drops its
 rights and runs any notebook code. Each kernel is still fresh, for one notebook only.
 
-Only grading workers use it, and only with bubblewrap run as root (`usable`); elsewhere, and whenever the
-template cannot start or answer, a kernel starts through launch.py as before.
+Only grading workers that will grade more than one notebook start one (cohort.py), and only with bubblewrap run
+as root (`suits`). A kernel starts through launch.py as before until the template has done its imports, and
+whenever the template cannot start or answer.
 """
 from __future__ import annotations
 
 import atexit
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -48,11 +50,26 @@ class Template:
         Finalize(self, Template.close, args=(self,), exitpriority=10)
         atexit.register(self.close)
 
+    @staticmethod
+    def suits(isolation: Isolation | None) -> bool:
+        """Kernels fork from a template only where bubblewrap sandboxes them as root. An instructor who is not root
+        has bubblewrap nest a user namespace in its own (--disable-userns), whose mount and PID namespaces a
+        forked kernel could only join through the outer one: there kernels start through launch.py."""
+        return isolation is not None and isolation.kind == "bwrap" and isolation.root
+
     def usable(self, isolation: Isolation | None) -> bool:
-        """Kernels fork from the template in a grading worker that sandboxes them as root. An instructor who is not
-        root has bubblewrap nest a user namespace in its own (--disable-userns), whose mount and PID namespaces
-        a forked kernel could only join through the outer one: there kernels start through launch.py."""
-        return self.enabled and isolation is not None and isolation.kind == "bwrap" and isolation.root
+        """Whether this start's kernel forks from the template: enabled, started for this isolation, and done with
+        its imports (a kernel never waits for them: until then kernels start through launch.py)."""
+        return (self.enabled and self.suits(isolation) and self._key is not None and self._key[0] == isolation
+                and self.ready())
+
+    def ready(self) -> bool:
+        """Whether the template has done its imports (never waits for it)."""
+        if not self._ready and self._sock is not None:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            if readable:
+                self._wait_ready()
+        return self._ready
 
     def prepare(self, isolation: Isolation, env: dict[str, str]) -> None:
         """Start the template for kernels with environment `env` now, without waiting for its imports (a worker
@@ -67,7 +84,8 @@ class Template:
     def spawn(self, isolation: Isolation, env: dict[str, str], door: int, argv: list[str], cwd: str) -> int:
         """Fork a kernel into the sandbox that holds process `door`; its process id. `env` is the kernel's whole
         environment; the template is started with the part of it that is the same for every notebook."""
-        self.prepare(isolation, env)
+        if self._key != (isolation, tuple(sorted(template_env(env).items()))):
+            raise TemplateUnavailable("the kernel template was started for another environment")
         if not self._ready:
             self._wait_ready()
         request = {"door": door, "cwd": cwd, "env": env, "argv": argv}
