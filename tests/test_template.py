@@ -64,21 +64,36 @@ def isolation(tmp_path):
 
 
 @pytest.fixture
-def forking(isolation):
-    """The template enabled and started for `isolation`, as in a grading worker that grades several notebooks
-    (cohort._worker_init), done with its imports; closed and disabled again after the test."""
-    was = template.TEMPLATE.enabled
-    template.TEMPLATE.enabled = True
-    template.TEMPLATE.prepare(isolation, Launcher(Limits(), isolation, Path("/"), Path("/"), "").env())
-    deadline = time.monotonic() + template.READY_SECONDS
-    while not template.TEMPLATE.ready() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield template.TEMPLATE
-    template.TEMPLATE.close()
-    template.TEMPLATE.enabled = was
+def forking(isolation, tmp_path):
+    """The run's template started for `isolation` (as grade_cohort starts it) and this process attached to it (as
+    a grading worker is), done with its imports; ended after the test."""
+    env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
+    scratch = tempfile.mkdtemp(prefix="grader-", dir="/tmp")
+    with template.serving(isolation, env, scratch, wanted=True) as path:
+        template.TEMPLATE.attach(path, isolation, env)
+        deadline = time.monotonic() + 120
+        while not template.TEMPLATE.ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert template.TEMPLATE.ready()
+        yield template.TEMPLATE
+        template.TEMPLATE.give_up()
+    os.rmdir(scratch)
 
 
-def probe(isolation, ahead: bool = False) -> tuple[dict, NotebookKernel, dict[str, int], dict[str, int]]:
+def templates() -> list[psutil.Process]:
+    """This process's template processes (children of the grading process, which this test process is)."""
+    found = []
+    for p in psutil.Process().children():
+        try:
+            if "template_main.py" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:  # a zombie of an earlier kernel's sandbox
+            pass
+    return found
+
+
+def probe(isolation, ahead: bool = False, fork: bool = True) -> tuple[dict, NotebookKernel, dict[str, int],
+                                                                       dict[str, int]]:
     """Start a kernel for a notebook folder holding one file, run PROBE in it; what it saw, the kernel, and the
     namespaces (as seen from here) of the kernel and of the sandbox (bubblewrap's first process)."""
     top = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))
@@ -87,6 +102,7 @@ def probe(isolation, ahead: bool = False) -> tuple[dict, NotebookKernel, dict[st
     (folder / "notebooks").mkdir(parents=True)
     (folder / "notebooks" / "data.txt").write_text("the notebook's file\n")
     kernel = NotebookKernel([], folder / "notebooks", Limits(), isolation=isolation, folder=folder)
+    kernel.launcher.fork = fork
     try:
         kernel.launch(ahead=ahead)
         kernel.go()
@@ -105,11 +121,9 @@ def probe(isolation, ahead: bool = False) -> tuple[dict, NotebookKernel, dict[st
 def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
     """Catches a forked kernel that misses a namespace, keeps root or a capability, skips the seccomp filter or a
     limit, sees this machine's files or network, or differs from a launched kernel in what a notebook sees."""
-    forking.enabled = False
-    launched, kernel, _, _ = probe(isolation)
+    launched, kernel, _, _ = probe(isolation, fork=False)
     assert not kernel.launcher.forked
-    forking.enabled = True  # forked, for a notebook graded at once and for one started ahead of its notebook
-    for ahead in (False, True):
+    for ahead in (False, True):  # a notebook graded at once, and one started ahead of its notebook
         forked, kernel, spaces, sandbox_spaces = probe(isolation, ahead=ahead)
         assert kernel.launcher.forked
         assert forked["init"].endswith("bwrap") and forked["pid"] != 1
@@ -129,27 +143,51 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start
 
 
-def test_a_template_that_fails_leaves_kernels_to_launch_py(isolation, forking):
+def test_a_template_that_fails_leaves_kernels_to_launch_py(isolation, forking, tmp_path):
     """Catches a template failure that stops grading: a kernel whose fork fails starts through launch.py instead
-    (and so do this notebook's later ones), and one that comes before the template is ready does not wait."""
-    forking._process.kill()  # the template is gone: its socket answers nothing
-    forking._process.wait()
+    (and so do this worker's later ones), and one that comes before the template is ready does not wait."""
+    path = forking.path
+    for p in templates():
+        p.kill()  # the template is gone: its connection answers nothing
+        p.wait()
     seen, kernel, _, _ = probe(isolation)
-    assert not kernel.launcher.forked and not kernel.launcher.fork
+    assert not kernel.launcher.forked and not kernel.launcher.fork and forking.path is None
     assert seen["init"].endswith("bwrap") and seen["seccomp"] == "2"
-    forking.prepare(isolation, Launcher(Limits(), isolation, Path("/"), Path("/"), "").env())
-    assert not forking.ready()  # just started: its imports take seconds, which no kernel waits for
-    seen, kernel, _, _ = probe(isolation)
-    assert not kernel.launcher.forked and seen["seccomp"] == "2"
+    env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
+    with template.serving(isolation, env, str(tmp_path), wanted=True) as fresh:
+        forking.attach(fresh, isolation, env)
+        assert not forking.ready()  # just started: its imports take seconds, which no kernel waits for
+        seen, kernel, _, _ = probe(isolation)
+        assert not kernel.launcher.forked and seen["seccomp"] == "2"
+        forking.give_up()
+    assert path != fresh
 
 
-def test_the_template_leaves_no_process_behind(isolation, forking):
-    """Catches a template, or a child of it waiting on a kernel, that outlives the kernel or the worker."""
-    probe(isolation)
-    process = forking._process
-    assert process is not None and process.poll() is None
-    children = psutil.Process(process.pid).children(recursive=True)
-    forking.close()
-    assert process.poll() is not None
+def test_a_run_that_needs_no_template_starts_none(isolation, tmp_path):
+    """Catches a template started for a run whose workers grade one notebook each (its imports, wasted) or where
+    kernels cannot fork into their sandbox (not root, no bubblewrap)."""
+    env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
+    with template.serving(isolation, env, str(tmp_path), wanted=False) as path:
+        assert path is None
+    unprivileged = sandbox.Isolation(**{**isolation.__dict__, "root": False})
+    with template.serving(unprivileged, env, str(tmp_path), wanted=True) as path:
+        assert path is None
+
+
+def test_the_template_leaves_no_process_behind(isolation, tmp_path):
+    """Catches a template, or a child of it waiting on a kernel, that outlives the run."""
+    env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
+    with template.serving(isolation, env, str(tmp_path), wanted=True) as path:
+        template.TEMPLATE.attach(path, isolation, env)
+        deadline = time.monotonic() + 120
+        while not template.TEMPLATE.ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen, kernel, _, _ = probe(isolation)
+        assert kernel.launcher.forked
+        (server,) = templates()
+        children = server.children(recursive=True)
+        template.TEMPLATE.give_up()
+    assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert alive == []
+    assert not path.exists() and list(tmp_path.glob("template-*")) == []

@@ -164,23 +164,26 @@ def _watch(guard: Guard) -> integrity.Watch:
     return _WATCH
 
 
-def _worker_init(environ: dict[str, str], cwd: str, limits: Limits, isolation: Isolation, fork: bool) -> None:
+def _worker_init(environ: dict[str, str], cwd: str, limits: Limits, isolation: Isolation,
+                 kernel_template: Path | None) -> None:
     """The grading process's environment and folder (a forkserver's workers would otherwise have the server's,
-    from its start), the kernel template started if `fork` (template.py: each worker grades several notebooks),
-    torch's threads, and the checks. It writes no bytecode: nothing it runs changes while it grades
-    (integrity.py)."""
+    from its start), the run's kernel template (template.py), torch's threads, and the checks. It writes no
+    bytecode: nothing it runs changes while it grades (integrity.py)."""
     import torch
 
     sys.dont_write_bytecode = True
     warm.AHEAD.enable()
-    template.TEMPLATE.enable()
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
-    if fork and template.TEMPLATE.suits(isolation):
-        template.TEMPLATE.prepare(isolation, Launcher(limits, isolation, Path(cwd), Path(cwd), "").env())
+    template.TEMPLATE.attach(kernel_template, isolation, _kernel_env(limits, isolation))
     registry.load(hidden=True)  # once per worker, before its first notebook
     torch.set_num_threads(1)  # the checks here are small; the cores belong to the kernels
+
+
+def _kernel_env(limits: Limits, isolation: Isolation) -> dict[str, str]:
+    """A kernel's environment in this run, less what differs per notebook: what the kernel template starts with."""
+    return template.template_env(Launcher(limits, isolation, Path("/"), Path("/"), "").env())
 
 
 def _ready() -> None:
@@ -379,13 +382,17 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                           reused=run.reused)
         writer = Writer(out, run, summary, selection)
         done = writer.complete()
-        pool = _pool(workers, start_method(), limits, isolation, len(run.pending)) if run.pending else None
-        with Progress(*_COLUMNS, console=console, transient=False) as progress:
-            bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")
-            for record in _execute(run.pending, pool, workers, limits, scratch_root, isolation, course,
-                                   lambda running: progress.update(bar, current=_short(running)), guard):
-                if writer.record(record):
-                    progress.advance(bar)
+        # A kernel template is worth its start (seconds of imports) when each worker grades several notebooks.
+        with template.serving(isolation, _kernel_env(limits, isolation), scratch_root,
+                              wanted=len(run.pending) > max(1, workers)) as kernel_template:
+            pool = _pool(workers, start_method(), limits, isolation, kernel_template) if run.pending else None
+            with Progress(*_COLUMNS, console=console, transient=False) as progress:
+                bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")
+                for record in _execute(run.pending, pool, workers, limits, scratch_root, isolation, course,
+                                       lambda running: progress.update(bar, current=_short(running)), guard,
+                                       kernel_template):
+                    if writer.record(record):
+                        progress.advance(bar)
         writer.finish()
     summary.seconds = round(time.monotonic() - start, 1)
     return summary
@@ -401,14 +408,15 @@ def _short(running: list[str], width: int = 26) -> str:
 
 
 def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, limits: Limits, scratch_root: str,
-             isolation: Isolation, course: Registry, show, guard: Guard | None = None):
+             isolation: Isolation, course: Registry, show, guard: Guard | None = None,
+             kernel_template: Path | None = None):
     """Yield each task's record as it is done, keeping `workers` notebooks running; a dead worker is replaced.
     integrity.Changed from a worker stops everything: nothing queued starts, what runs finishes unrecorded."""
     queue = list(tasks)
     tries: dict[int, int] = {}
     while queue:
         # A replacement pool is spawned: forking now would copy the progress bar's thread mid-flight.
-        pool = pool or _pool(workers, "spawn", limits, isolation, len(queue))
+        pool = pool or _pool(workers, "spawn", limits, isolation, kernel_template)
         with pool:
             running: dict[Future, Task] = {}
             broken = False
@@ -462,15 +470,15 @@ def start_method() -> str:
     return "forkserver" if torch.backends.cuda.is_built() else "fork"
 
 
-def _pool(workers: int, method: str, limits: Limits, isolation: Isolation, notebooks: int) -> ProcessPoolExecutor:
-    """Worker processes for `notebooks`, started at once (a forked pool before any other thread exists); each
-    starts a kernel template if it will grade more than one."""
+def _pool(workers: int, method: str, limits: Limits, isolation: Isolation,
+          kernel_template: Path | None) -> ProcessPoolExecutor:
+    """Worker processes, started at once (a forked pool before any other thread exists), connected to the run's
+    kernel template if there is one."""
     ctx = get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts, at the first pool
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
-                               initargs=(dict(os.environ), os.getcwd(), limits, isolation,
-                                         notebooks > max(1, workers)))
+                               initargs=(dict(os.environ), os.getcwd(), limits, isolation, kernel_template))
     for fut in [pool.submit(_ready) for _ in range(max(1, workers))]:
         fut.result()
     return pool

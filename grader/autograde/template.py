@@ -1,24 +1,27 @@
-"""Sandboxed kernels forked from a template instead of started from nothing: a grading worker's kernels each
-used to import torch, ipykernel and torch._dynamo again (about 3 of the 5 CPU-seconds a notebook costs). The
-worker now starts one template process that imports them once (template_main.py), and each kernel is forked
-from it into its notebook's own sandbox: bubblewrap still makes a fresh sandbox per kernel, with a small
-`door` process in it, and the forked kernel joins that sandbox's namespaces and root before it drops its
-rights and runs any notebook code. Each kernel is still fresh, for one notebook only.
+"""Sandboxed kernels forked from a template instead of started from nothing: each kernel used to import torch,
+ipykernel and torch._dynamo again (about 3 of the 5 CPU-seconds a notebook cost). A grading run now starts
+one template process that imports them once (template_main.py), and each kernel is forked from it into its
+notebook's own sandbox: bubblewrap still makes a fresh sandbox per kernel, with a small `door` process in it,
+and the forked kernel joins that sandbox's namespaces and root before it drops its rights and runs any notebook
+code. Each kernel is still fresh, for one notebook only.
 
-Only grading workers that will grade more than one notebook start one (cohort.py), and only with bubblewrap run
-as root (`suits`). A kernel starts through launch.py as before until the template has done its imports, and
-whenever the template cannot start or answer.
+The grading process starts the template (`serving`) when a run has more notebooks than workers, and only with
+bubblewrap run as root (`suits`); its workers connect to it (`TEMPLATE`). A kernel starts through launch.py as
+before until the template has done its imports, and whenever the template cannot answer.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from multiprocessing.util import Finalize
 from pathlib import Path
 
@@ -26,129 +29,125 @@ import psutil
 
 from grader.autograde.sandbox import Isolation
 
-READY_SECONDS = 120  # the template's imports: seconds on a slow machine
+ANSWER_SECONDS = 30  # a fork into a sandbox takes milliseconds; a template that takes this long is broken
 DOOR_SECONDS = 30    # bubblewrap's start, until its door process is there
 
 
 class TemplateUnavailable(RuntimeError):
-    """The template could not start or answer: the kernel starts through launch.py instead."""
+    """The template could not answer: the kernel starts through launch.py instead."""
+
+
+def suits(isolation: Isolation | None) -> bool:
+    """Kernels fork from a template only where bubblewrap sandboxes them as root. An instructor who is not root
+    has bubblewrap nest a user namespace in its own (--disable-userns), whose mount and PID namespaces a forked
+    kernel could only join through the outer one: there kernels start through launch.py."""
+    return isolation is not None and isolation.kind == "bwrap" and isolation.root
+
+
+def template_env(env: dict[str, str]) -> dict[str, str]:
+    """What of a kernel's environment the template starts with: all but what differs per notebook (its folders,
+    its token, the values launch.py reads after the imports). Python reads PYTHONHASHSEED and PYTHONPATH at start,
+    torch its threads and devices at import: those come from here."""
+    per_notebook = ("GRADER_", "JPY_", "HOME", "MPLCONFIGDIR", "XDG_", "IPYTHONDIR", "PWD")
+    return {k: v for k, v in env.items() if not k.startswith(per_notebook)} | {"GRADER_PUBLIC": "1"}
+
+
+@contextlib.contextmanager
+def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: bool) -> Iterator[Path | None]:
+    """In the grading process: the run's template, started now for kernels with environment `env` (its imports
+    go on while its workers start), ended with the run. Yields the socket workers connect to, in a folder of
+    `scratch` that only this user can enter (None where no template is `wanted` or `suits`)."""
+    if not (wanted and suits(isolation)):
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="template-", dir=scratch))  # 0700: no kernel user reaches the socket
+    path = folder / "socket"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    process = None
+    try:
+        listener.bind(str(path))
+        listener.listen(64)
+        program = str(Path(isolation.launch).with_name("template_main.py"))
+        process = subprocess.Popen([sys.executable, program, str(listener.fileno())], env=template_env(env),
+                                   pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
+        listener.close()
+        yield path
+    finally:
+        listener.close()
+        if process is not None:
+            process.kill()  # its children waiting on kernels end with their kernels
+            process.wait()
+        path.unlink(missing_ok=True)
+        folder.rmdir()
 
 
 class Template:
-    """One template process for this worker's kernels, for one run's isolation and environment."""
+    """A worker's connection to its run's template."""
 
     def __init__(self) -> None:
-        self.enabled = False
-        self._process: subprocess.Popen | None = None
-        self._sock: socket.socket | None = None
+        self.path: Path | None = None
         self._key: tuple | None = None
+        self._sock: socket.socket | None = None
         self._ready = False
 
-    def enable(self) -> None:
-        """In a grading worker: fork sandboxed kernels from a template, ended when the worker exits."""
-        self.enabled = True
+    def attach(self, path: Path | None, isolation: Isolation, env: dict[str, str]) -> None:
+        """In a grading worker: fork sandboxed kernels from the template at `path` (None: none), started for
+        `isolation` and kernels with environment `env`; the connection ends when the worker exits."""
+        self.close()
+        self.path = path
+        self._key = (isolation, tuple(sorted(template_env(env).items()))) if path is not None else None
         Finalize(self, Template.close, args=(self,), exitpriority=10)
         atexit.register(self.close)
 
-    @staticmethod
-    def suits(isolation: Isolation | None) -> bool:
-        """Kernels fork from a template only where bubblewrap sandboxes them as root. An instructor who is not root
-        has bubblewrap nest a user namespace in its own (--disable-userns), whose mount and PID namespaces a
-        forked kernel could only join through the outer one: there kernels start through launch.py."""
-        return isolation is not None and isolation.kind == "bwrap" and isolation.root
-
     def usable(self, isolation: Isolation | None) -> bool:
-        """Whether this start's kernel forks from the template: enabled, started for this isolation, and done with
-        its imports (a kernel never waits for them: until then kernels start through launch.py)."""
-        return (self.enabled and self.suits(isolation) and self._key is not None and self._key[0] == isolation
-                and self.ready())
+        """Whether this start's kernel forks from the template: one serves this isolation, and it is done with its
+        imports (a kernel never waits for them: until then kernels start through launch.py)."""
+        return self._key is not None and self._key[0] == isolation and self.ready()
 
     def ready(self) -> bool:
-        """Whether the template has done its imports (never waits for it)."""
-        if not self._ready and self._sock is not None:
+        """Whether the template has done its imports and taken this worker's connection (never waits for it)."""
+        if self._ready or self.path is None:
+            return self._ready
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                self._sock.connect(str(self.path))  # queued until the template, its imports done, accepts it
             readable, _, _ = select.select([self._sock], [], [], 0)
             if readable:
-                self._wait_ready()
+                self._ready = bool(json.loads(self._sock.recv(1 << 16) or b"{}").get("ready"))
+                if not self._ready:
+                    self.give_up()
+        except (OSError, ValueError):
+            self.give_up()
         return self._ready
-
-    def prepare(self, isolation: Isolation, env: dict[str, str]) -> None:
-        """Start the template for kernels with environment `env` now, without waiting for its imports (a worker
-        does this as it starts, so that its first notebook does not wait for them)."""
-        base = template_env(env)
-        key = (isolation, tuple(sorted(base.items())))
-        if self._key != key:
-            self.close()
-            self._start(isolation, base)
-            self._key = key
 
     def spawn(self, isolation: Isolation, env: dict[str, str], door: int, argv: list[str], cwd: str) -> int:
         """Fork a kernel into the sandbox that holds process `door`; its process id. `env` is the kernel's whole
-        environment; the template is started with the part of it that is the same for every notebook."""
-        if self._key != (isolation, tuple(sorted(template_env(env).items()))):
-            raise TemplateUnavailable("the kernel template was started for another environment")
-        if not self._ready:
-            self._wait_ready()
-        request = {"door": door, "cwd": cwd, "env": env, "argv": argv}
+        environment, whose part that is the same for every notebook the template started with."""
+        if self._key != (isolation, tuple(sorted(template_env(env).items()))) or not self.ready():
+            raise TemplateUnavailable("no kernel template for this kernel's environment")
         try:
-            self._sock.send(json.dumps(request).encode())
-            answer = json.loads(self._receive(READY_SECONDS))
+            self._sock.send(json.dumps({"door": door, "cwd": cwd, "env": env, "argv": argv}).encode())
+            self._sock.settimeout(ANSWER_SECONDS)
+            answer = json.loads(self._sock.recv(1 << 16) or b"{}")
         except (OSError, ValueError) as e:
-            self.close()
+            self.give_up()
             raise TemplateUnavailable(f"the kernel template stopped answering ({e})") from None
         if "pid" not in answer:
             raise TemplateUnavailable(answer.get("error", "the kernel template gave no kernel"))
         return int(answer["pid"])
 
-    def _start(self, isolation: Isolation, env: dict[str, str]) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        program = str(Path(isolation.launch).with_name("template_main.py"))
-        try:
-            self._process = subprocess.Popen([sys.executable, program, str(theirs.fileno())], env=env,
-                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
-        finally:
-            theirs.close()
-        self._sock = ours
-        self._ready = False
-
-    def _wait_ready(self) -> None:
-        try:
-            ready = json.loads(self._receive(READY_SECONDS))
-        except (OSError, ValueError) as e:
-            self.close()
-            raise TemplateUnavailable(f"the kernel template did not start ({e})") from None
-        if not ready.get("ready"):
-            self.close()
-            raise TemplateUnavailable("the kernel template did not start")
-        self._ready = True
-
-    def _receive(self, seconds: float) -> bytes:
-        self._sock.settimeout(seconds)
-        data = self._sock.recv(1 << 16)
-        if not data:
-            raise OSError("the template ended")
-        return data
+    def give_up(self) -> None:
+        """No more kernels from the template in this worker (it failed): they start through launch.py."""
+        self.close()
+        self.path = self._key = None
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
-        process, self._process = self._process, None
-        self._key = None
+        self._ready = False
         if sock is not None:
-            sock.close()  # the template ends when it reads the end of its socket
-        if process is not None:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def template_env(env: dict[str, str]) -> dict[str, str]:
-    """What of a kernel's environment the template starts with: all but what differs per notebook (its folders,
-    its token, its limits' values that launch.py reads after the imports). Python reads PYTHONHASHSEED and
-    PYTHONPATH at start, torch its threads and devices at import: those come from here."""
-    per_notebook = ("GRADER_", "JPY_", "HOME", "MPLCONFIGDIR", "XDG_", "IPYTHONDIR", "PWD")
-    return {k: v for k, v in env.items() if not k.startswith(per_notebook)} | {"GRADER_PUBLIC": "1"}
+            sock.close()
 
 
 def find_door(bwrap_pid: int, seconds: float = DOOR_SECONDS) -> int:

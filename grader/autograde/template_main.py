@@ -1,6 +1,6 @@
 """The kernel template: a process that has imported what every grading kernel imports (torch, ipykernel,
-torch._dynamo) once, and forks each sandboxed kernel of its grading worker from that state (template.py
-starts it and sends it the requests).
+torch._dynamo) once, and forks each sandboxed kernel of a grading run from that state (template.py starts it
+for the run; its workers send it the requests).
 
 A kernel forked from here is what launch.py would have made, without its seconds of imports: for each request
 the template forks a child that joins the namespaces of the sandbox bubblewrap made for the notebook (through
@@ -69,6 +69,8 @@ def spawn(request: dict) -> int:
     if child == 0:  # outside the sandbox's PID namespace until its own child
         try:
             os.close(read)
+            os.closerange(3, write)  # the listener and the workers' connections are the template's, not its own
+            os.closerange(write + 1, 65536)
             enter(request["door"], request["cwd"])
             kernel = os.fork()
             if kernel == 0:
@@ -107,23 +109,30 @@ def run_kernel(request: dict) -> None:
     os._exit(0)
 
 
-def serve(sock: socket.socket) -> None:
-    """One request at a time (a JSON object: door, cwd, env, argv), one answer each ({"pid"} or {"error"}); ends
-    when the grading worker closes its end. Children that ended are reaped between requests."""
-    sock.send(b'{"ready": true}')
+def serve(listener: socket.socket) -> None:
+    """Each grading worker connects once; when the imports are done, each connection is told so and then sends
+    one request at a time (a JSON object: door, cwd, env, argv), each answered ({"pid"} or {"error"}). Children
+    that ended are reaped between requests. Runs until the grading process ends it."""
+    workers: list[socket.socket] = []
     while True:
-        ready, _, _ = select.select([sock], [], [], 1.0)
+        readable, _, _ = select.select([listener, *workers], [], [], 1.0)
         _reap()
-        if not ready:
-            continue
-        message = sock.recv(1 << 22)
-        if not message:
-            return
-        try:
-            answer = {"pid": spawn(json.loads(message))}
-        except Exception as e:  # noqa: BLE001  (any failure is the worker's to report, this process lives on)
-            answer = {"error": f"{type(e).__name__}: {e}"}
-        sock.send(json.dumps(answer).encode())
+        for sock in readable:
+            if sock is listener:
+                worker, _ = listener.accept()
+                worker.send(b'{"ready": true}')
+                workers.append(worker)
+                continue
+            message = sock.recv(1 << 22)
+            if not message:
+                workers.remove(sock)
+                sock.close()
+                continue
+            try:
+                answer = {"pid": spawn(json.loads(message))}
+            except Exception as e:  # noqa: BLE001  (any failure is the worker's to report, this process lives on)
+                answer = {"error": f"{type(e).__name__}: {e}"}
+            sock.send(json.dumps(answer).encode())
 
 
 def _reap() -> None:
@@ -137,7 +146,7 @@ def _reap() -> None:
 
 
 if __name__ == "__main__":
-    _libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # gone with the grading worker that started it
+    _libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # gone with the grading process that started it
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     import launch  # beside this file: the kernel's launcher, whose steps a forked kernel takes
