@@ -113,6 +113,8 @@ def probe(isolation, ahead: bool = False, fork: bool = True) -> tuple[dict, Note
         spaces = {pid: {name: os.stat(f"/proc/{pid}/ns/{name}").st_ino for name in NAMESPACES}
                   for pid in (kernel.kernel_pid(), first.pid)}
         seen = json.loads((folder / "grader" / "probe.json").read_text())
+        door = kernel.processes._door  # bubblewrap's init's child, which holds a forked kernel's sandbox open
+        seen["door_uid"] = psutil.Process(door).uids().real if door is not None else None
         return seen, kernel, spaces[kernel.kernel_pid()], spaces[first.pid]
     finally:
         kernel.close()
@@ -139,6 +141,7 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["repository"] is False and forked["interfaces"] == ["lo"] and forked["ssh"] != "reached"
         assert forked["usr"] in ("OSError", "PermissionError") and forked["files"] == ["data.txt"]
         assert forked["parent_pid"] is None and forked["env_token"]
+        assert forked["door_uid"] == 65534  # the door that holds the sandbox open keeps no rights while it waits
         assert forked["limits"][:2] == launched["limits"][:2]  # processes, file size
         assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start
 

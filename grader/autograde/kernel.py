@@ -1,7 +1,9 @@
 """One student notebook in a fresh, limited kernel: run its cells, survive what they do, replay after a crash.
 
 The kernel is the course's Python (this interpreter) started through `grader/autograde/launch.py`, which
-confines it and applies the memory limit, whatever kernel the notebook's metadata names. Given an `Isolation`
+confines it and applies the memory limit, whatever kernel the notebook's metadata names; in a grading run
+sandboxed by root, it is forked instead from the run's kernel template (template.py), which takes the same
+steps. Given an `Isolation`
 (sandbox.py), it imports the public grader only and runs inside the sandbox, with its sockets, its connection
 file and the bridge's files in the notebook's exchange folder. Cells that kill or hang the kernel are remembered
 and skipped when the kernel is restarted and the notebook replayed, so the definitions in the other cells survive.
@@ -224,7 +226,7 @@ class NotebookKernel:
         self.close()
 
     def kernel_pid(self) -> int | None:
-        """The kernel's own process id here (inside a sandbox: the first Python process under bubblewrap)."""
+        """The kernel's own process id here (processes.py finds it, in a sandbox or forked into one)."""
         return self.processes.kernel_pid()
 
     def end(self, why: str) -> None:

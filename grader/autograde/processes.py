@@ -93,17 +93,22 @@ class KernelProcesses:
             return None
 
     def sandbox(self) -> list[psutil.Process]:
-        """With bubblewrap: the sandbox's own processes (its init among them), which die when it is killed."""
+        """With bubblewrap: the sandbox's own processes (its init among them), which die when it is killed; a
+        kernel forked into it from the template among them (it is not in bubblewrap's tree)."""
         top = self.launched()
         if top is None or not self._sandboxed:
             return []
         try:
-            return [top, *(p for p in top.children(recursive=True) if p.pid != self.kernel_pid())]
+            found = [top, *(p for p in top.children(recursive=True) if p.pid != self.kernel_pid())]
+            if self._door is not None and self._kernel_pid is not None:
+                found.append(psutil.Process(self._kernel_pid))
+            return found
         except psutil.Error:
             return []
 
     def kernel_pid(self) -> int | None:
-        """The kernel's own process id here (inside a sandbox: the first Python process under bubblewrap)."""
+        """The kernel's own process id here (inside a sandbox: the first Python process under bubblewrap, or the
+        one forked into it from the template)."""
         if self._kernel_pid is not None:
             return self._kernel_pid
         top = self.launched()

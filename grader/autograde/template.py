@@ -5,9 +5,9 @@ notebook's own sandbox: bubblewrap still makes a fresh sandbox per kernel, with 
 and the forked kernel joins that sandbox's namespaces and root before it drops its rights and runs any notebook
 code. Each kernel is still fresh, for one notebook only.
 
-The grading process starts the template (`serving`) when a run has more notebooks than workers, and only with
-bubblewrap run as root (`suits`); its workers connect to it (`TEMPLATE`). A kernel starts through launch.py as
-before until the template has done its imports, and whenever the template cannot answer.
+The grading process starts the template (`serving`) when each worker will grade three notebooks or more, and
+only with bubblewrap run as root (`suits`); its workers connect to it (`TEMPLATE`). A kernel starts through
+launch.py as before until the template has done its imports, and whenever the template cannot answer.
 """
 from __future__ import annotations
 
