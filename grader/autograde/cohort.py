@@ -182,8 +182,8 @@ def _worker_init(environ: dict[str, str], cwd: str, limits: Limits, isolation: I
 
 
 def _kernel_env(limits: Limits, isolation: Isolation) -> dict[str, str]:
-    """A kernel's environment in this run, less what differs per notebook: what the kernel template starts with."""
-    return template.template_env(Launcher(limits, isolation, Path("/"), Path("/"), "").env())
+    """A kernel's environment in this run (template.py keeps of it what is the same for every notebook)."""
+    return Launcher(limits, isolation, Path("/"), Path("/"), "").env()
 
 
 def _ready() -> None:

@@ -81,6 +81,14 @@ def _enter_folder(confine) -> None:
 WAIT_SECONDS = 3600  # how long a kernel started ahead waits for its notebook
 
 
+def drop_import_settings() -> bool:
+    """Take out of the environment what only the imports read: in a sandbox, JPY_PARENT_PID (ipykernel reads it when
+    imported); and GRADER_PUBLIC, whether the public grader must be the only one (returned)."""
+    if os.environ.get("GRADER_SANDBOX"):
+        os.environ.pop("JPY_PARENT_PID", None)
+    return bool(os.environ.pop("GRADER_PUBLIC", ""))
+
+
 def prepare_imports() -> None:
     """Before torch and ipykernel are imported: neither this file's folder nor the notebook's may shadow them (or
     grader), an editable install's finder must not map `grader` to the course repository, and in a sandbox
@@ -88,9 +96,7 @@ def prepare_imports() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and sys.path[0] in ("", os.getcwd(), here):
         del sys.path[0]
-    if os.environ.get("GRADER_SANDBOX"):  # read when ipykernel is imported: gone before
-        os.environ.pop("JPY_PARENT_PID", None)
-    if os.environ.pop("GRADER_PUBLIC", ""):
+    if drop_import_settings():
         # An editable install of the course puts a finder on sys.meta_path that maps every `grader.*` name
         # to the course repository, whatever `grader.__path__` says: the kernel gets the public package only.
         for finder in list(sys.meta_path):

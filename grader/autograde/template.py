@@ -54,7 +54,8 @@ def template_env(env: dict[str, str]) -> dict[str, str]:
 
 @contextlib.contextmanager
 def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: bool) -> Iterator[Path | None]:
-    """In the grading process: the run's template, started now for kernels with environment `env` (its imports
+    """In the grading process: the run's template, started now for kernels with environment `env` (a kernel's
+    whole environment: the template starts with its part that is the same for every notebook; its imports
     go on while its workers start), ended with the run. Yields the socket workers connect to, in a folder of
     `scratch` that only this user can enter (None where no template is `wanted` or `suits`)."""
     if not (wanted and suits(isolation)):
@@ -90,6 +91,7 @@ class Template:
         self._key: tuple | None = None
         self._sock: socket.socket | None = None
         self._ready = False
+        self._closed_at_exit = False
 
     def attach(self, path: Path | None, isolation: Isolation, env: dict[str, str]) -> None:
         """In a grading worker: fork sandboxed kernels from the template at `path` (None: none), started for
@@ -97,8 +99,10 @@ class Template:
         self.close()
         self.path = path
         self._key = (isolation, tuple(sorted(template_env(env).items()))) if path is not None else None
-        Finalize(self, Template.close, args=(self,), exitpriority=10)
-        atexit.register(self.close)
+        if not self._closed_at_exit:
+            Finalize(self, Template.close, args=(self,), exitpriority=10)
+            atexit.register(self.close)
+            self._closed_at_exit = True
 
     def usable(self, isolation: Isolation | None) -> bool:
         """Whether this start's kernel forks from the template: one serves this isolation, and it is done with its

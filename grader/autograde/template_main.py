@@ -98,8 +98,7 @@ def run_kernel(request: dict) -> None:
         os.closerange(3, 65536)
         os.environ.clear()
         os.environ.update(request["env"])
-        for done in ("GRADER_PUBLIC", "JPY_PARENT_PID"):  # launch.prepare_imports' part, done by the template
-            os.environ.pop(done, None)
+        launch.drop_import_settings()  # the template did the imports they were for
         sys.argv = request["argv"]
         launch.start(launch.confine_kernel())
     except SystemExit as e:
