@@ -124,6 +124,13 @@ def quiet_lab(prefix: Path) -> Path | None:
     return path
 
 
+def lazy_bytecode() -> list[str]:
+    """pip's flag to leave bytecode to the first import: compiling all of torch at install is half of the set-up's
+    time, and a student's kernel then compiles, once, the few modules it imports. Not where Python is told to
+    write no bytecode (PYTHONDONTWRITEBYTECODE): there every import would compile them again."""
+    return [] if os.environ.get("PYTHONDONTWRITEBYTECODE") else ["--no-compile"]
+
+
 def ensure_venv(root: Path, venv: Path) -> Path:
     """Create `venv` and install the course into it unless its stamp says that was done; return its Python."""
     if sys.version_info < MIN_PYTHON:
@@ -140,7 +147,7 @@ def ensure_venv(root: Path, venv: Path) -> Path:
     want = fingerprint(root)
     if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == want:
         return python
-    _run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+    _run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *lazy_bytecode(),
           "-r", str(root / "requirements.txt"), "-e", str(root)], "installing the course's packages")
     _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
           "--display-name", DISPLAY_NAME], "registering the course kernel")

@@ -146,9 +146,10 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start
 
 
-def test_a_template_that_fails_leaves_kernels_to_launch_py(isolation, forking, tmp_path):
+def test_a_template_that_fails_leaves_kernels_to_launch_py(isolation, forking, tmp_path, monkeypatch):
     """Catches a template failure that stops grading: a kernel whose fork fails starts through launch.py instead
-    (and so do this worker's later ones), and one that comes before the template is ready does not wait."""
+    (and so do this worker's later ones). A kernel that comes before the template is ready waits for it (catches
+    the imports done twice), but no longer than READY_SECONDS (catches a stuck template that stalls grading)."""
     path = forking.path
     for p in templates():
         p.kill()  # the template is gone: its connection answers nothing
@@ -159,15 +160,20 @@ def test_a_template_that_fails_leaves_kernels_to_launch_py(isolation, forking, t
     env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
     with template.serving(isolation, env, str(tmp_path), wanted=True) as fresh:
         forking.attach(fresh, isolation, env)
-        assert not forking.ready()  # just started: its imports take seconds, which no kernel waits for
+        assert not forking.ready()  # just started: its imports take seconds
         seen, kernel, _, _ = probe(isolation)
-        assert not kernel.launcher.forked and seen["seccomp"] == "2"
+        assert kernel.launcher.forked and seen["seccomp"] == "2"  # the kernel waited for them, then forked
         forking.give_up()
     assert path != fresh
+    monkeypatch.setattr(template, "READY_SECONDS", 0.2)  # shorter than any template's imports: as if stuck in them
+    with template.serving(isolation, env, str(tmp_path), wanted=True) as stuck:
+        forking.attach(stuck, isolation, env)
+        seen, kernel, _, _ = probe(isolation)
+        assert not kernel.launcher.forked and seen["seccomp"] == "2" and forking.path is None
 
 
 def test_a_run_that_needs_no_template_starts_none(isolation, tmp_path):
-    """Catches a template started for a run whose workers grade one notebook each (its imports, wasted) or where
+    """Catches a template started where kernels cannot fork into their sandbox (not root, no bubblewrap), or
     kernels cannot fork into their sandbox (not root, no bubblewrap)."""
     env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
     with template.serving(isolation, env, str(tmp_path), wanted=False) as path:

@@ -87,6 +87,25 @@ def test_grader_lab_installs_the_pins_with_the_grader(tmp_path, monkeypatch):
     assert cmd[cmd.index("-r") + 1] == str(ROOT / "requirements.txt") and cmd[cmd.index("-e") + 1] == str(ROOT)
 
 
+@pytest.mark.parametrize("no_bytecode, compiled_at_install", [("", False), ("1", True)])
+def test_a_students_venv_leaves_bytecode_to_the_first_import(tmp_path, monkeypatch, no_bytecode, compiled_at_install):
+    """Catches pip compiling all of torch at set-up (half its time), and `--no-compile` where Python writes no
+    bytecode, whose every import would then compile from source."""
+    calls = []
+    monkeypatch.setattr(lab, "_run", lambda cmd, what: calls.append([str(c) for c in cmd]))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", no_bytecode)
+    lab.ensure_venv(ROOT, tmp_path / "venv")
+    [pip] = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
+    assert ("--no-compile" not in pip) == compiled_at_install, pip
+
+
+def test_make_compiles_the_venvs_bytecode_once_on_every_core():
+    """Catches a Makefile venv left without bytecode: sandboxed grading kernels could not write it, and would compile
+    every module they import from source, notebook after notebook."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "--no-compile" in text and "compileall -q -j 0" in text
+
+
 def test_gradescope_installs_the_torch_pin_first():
     # torch from PyTorch's CPU index first, then the pins and the grader in one call
     lines = [l for l in gradescope.SETUP_SH.splitlines() if l.startswith("$PIP")]

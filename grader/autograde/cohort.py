@@ -382,10 +382,10 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
                           reused=run.reused)
         writer = Writer(out, run, summary, selection)
         done = writer.complete()
-        # A kernel template costs the imports of about two kernels and saves most of each later kernel's start: it
-        # is worth starting when each worker will grade three notebooks or more.
+        # A kernel template costs the imports of one kernel and saves most of each kernel's start: it is worth
+        # starting for two notebooks or more.
         with template.serving(isolation, _kernel_env(limits, isolation), scratch_root,
-                              wanted=len(run.pending) > 2 * max(1, workers)) as kernel_template:
+                              wanted=len(run.pending) >= 2) as kernel_template:
             pool = _pool(workers, start_method(), limits, isolation, kernel_template) if run.pending else None
             with Progress(*_COLUMNS, console=console, transient=False) as progress:
                 bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")

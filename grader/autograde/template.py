@@ -5,9 +5,10 @@ notebook's own sandbox: bubblewrap still makes a fresh sandbox per kernel, with 
 and the forked kernel joins that sandbox's namespaces and root before it drops its rights and runs any notebook
 code. Each kernel is still fresh, for one notebook only.
 
-The grading process starts the template (`serving`) when each worker will grade three notebooks or more, and
-only with bubblewrap run as root (`suits`); its workers connect to it (`TEMPLATE`). A kernel starts through
-launch.py as before until the template has done its imports, and whenever the template cannot answer.
+The grading process starts the template (`serving`) when it has two notebooks or more to grade, and only with
+bubblewrap run as root (`suits`); its workers connect to it (`TEMPLATE`). A worker's first kernel waits for the
+template's imports (seconds a kernel started through launch.py would spend on the same imports, on a core of its
+own); a kernel starts through launch.py whenever the template cannot answer, or is not ready within READY_SECONDS.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from grader.autograde.sandbox import Isolation
 
 ANSWER_SECONDS = 30  # a fork into a sandbox takes milliseconds; a template that takes this long is broken
 DOOR_SECONDS = 30    # bubblewrap's start, until its door process is there
+READY_SECONDS = 60   # the template's imports, on a machine busy starting every worker: a template that
+                     # takes longer is stuck, and each worker gives up on it once
 
 
 class TemplateUnavailable(RuntimeError):
@@ -105,23 +108,25 @@ class Template:
             self._closed_at_exit = True
 
     def usable(self, isolation: Isolation | None) -> bool:
-        """Whether this start's kernel forks from the template: one serves this isolation, and it is done with its
-        imports (a kernel never waits for them: until then kernels start through launch.py)."""
-        return self._key is not None and self._key[0] == isolation and self.ready()
+        """Whether this start's kernel forks from the template: one serves this isolation and has done its imports.
+        The first time, this waits for them: a kernel started through launch.py instead would do the same imports
+        again, and on a busy machine take as long."""
+        return self._key is not None and self._key[0] == isolation and self.ready(wait=READY_SECONDS)
 
-    def ready(self) -> bool:
-        """Whether the template has done its imports and taken this worker's connection (never waits for it)."""
+    def ready(self, wait: float = 0) -> bool:
+        """Whether the template has done its imports and taken this worker's connection, waiting up to `wait`
+        seconds for it; a template not ready by then is given up (its kernels start through launch.py)."""
         if self._ready or self.path is None:
             return self._ready
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 self._sock.connect(str(self.path))  # queued until the template, its imports done, accepts it
-            readable, _, _ = select.select([self._sock], [], [], 0)
+            readable, _, _ = select.select([self._sock], [], [], wait)
             if readable:
                 self._ready = bool(json.loads(self._sock.recv(1 << 16) or b"{}").get("ready"))
-                if not self._ready:
-                    self.give_up()
+            if not self._ready and (readable or wait):
+                self.give_up()
         except (OSError, ValueError):
             self.give_up()
         return self._ready
