@@ -1,8 +1,8 @@
 """JupyterLab in a real browser: Chromium driven by Playwright, against the installed student release.
 
-A student opens 01_tensors.ipynb with the course kernel and runs all cells: the grader's result table
+A student opens 06_modules.ipynb with the course kernel and runs all cells: the grader's result table
 shows "not implemented yet" and no cell raises; the same on a solved copy shows every check passed;
-then the feedback.html that `make grade` wrote for them; and the zh release's 01_tensors.ipynb, read in
+then the feedback.html that `make grade` wrote for them; and the zh release's 06_modules.ipynb, read in
 Chinese (a CJK font installed where the test may). Screenshots go to artifacts/browser/.
 Skipped, with the reason, only where Chromium (or, for the zh notebook, a CJK font) is missing and cannot be
 installed.
@@ -32,6 +32,11 @@ from tests.test_release import answered_in_release
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "browser"
 TOKEN = "browser-test-token"
+# The chapter the student runs in the browser: one of the quickest to run top to bottom (its demonstrations take
+# seconds on a CPU, chapter 01's roofline sweeps three times as long), run three times here (untouched, solved, zh).
+NOTEBOOK = "06_modules.ipynb"
+EXERCISES = 7                           # its grader.check cells, one per exercise
+FIRST, SHOWN = "modules.MySequential", "modules.Concat"  # its first exercise, and the one the screenshots show
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
 
@@ -95,10 +100,9 @@ def free_port() -> int:
 def lab(student_release, tmp_path_factory):
     """JupyterLab from the release's venv, on a free port with a token, serving an untouched and a solved copy."""
     root = tmp_path_factory.mktemp("lab")
-    shutil.copy(student_release.folder / "notebooks" / "01_tensors.ipynb", root / "01_tensors.ipynb")
+    shutil.copy(student_release.folder / "notebooks" / NOTEBOOK, root / NOTEBOOK)
     (root / "solved").mkdir()
-    nbformat.write(answered_in_release(root / "01_tensors.ipynb", ROOT / "solutions" / "01_tensors.ipynb"),
-                   root / "solved" / "01_tensors.ipynb")
+    nbformat.write(answered_in_release(root / NOTEBOOK, ROOT / "solutions" / NOTEBOOK), root / "solved" / NOTEBOOK)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     yield from serve_lab(student_release.python, root, env, tmp_path_factory)
 
@@ -106,9 +110,9 @@ def lab(student_release, tmp_path_factory):
 @pytest.fixture(scope="module")
 def lab_zh(student_release, zh_release, tmp_path_factory):
     """JupyterLab from the English release's venv with the zh release's grader first on the path (its kernels
-    inherit it), serving the zh release's untouched 01_tensors.ipynb."""
+    inherit it), serving the zh release's untouched 06_modules.ipynb."""
     root = tmp_path_factory.mktemp("lab-zh")
-    shutil.copy(zh_release.folder / "notebooks" / "01_tensors.ipynb", root / "01_tensors.ipynb")
+    shutil.copy(zh_release.folder / "notebooks" / NOTEBOOK, root / NOTEBOOK)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PYTHONPATH"] = translated_env(zh_release, tmp_path_factory.mktemp("zh-env"))["PYTHONPATH"]
     yield from serve_lab(student_release.python, root, env, tmp_path_factory)
@@ -247,23 +251,21 @@ def test_a_student_runs_the_untouched_notebook_then_a_solved_one(browser, lab):
     url, root = lab
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     try:
-        open_and_run_all(page, url, "01_tensors.ipynb")
+        open_and_run_all(page, url, NOTEBOOK)
         outputs = check_outputs(page)
-        assert len(outputs) == 6 and all("not implemented yet" in o for o in outputs), outputs
+        assert len(outputs) == EXERCISES and all("not implemented yet" in o for o in outputs), outputs
         assert not page.query_selector_all("[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback")
-        assert saved_errors(root / "01_tensors.ipynb") == []
+        assert saved_errors(root / NOTEBOOK) == []
         skipped = page.locator(".jp-OutputArea-output >> text=Skipped: this cell uses")
         assert skipped.count() >= 1
-        shoot(page, page.locator(".jp-CodeCell", has_text='grader.check("tensors.element_offset"').first,
-              "01_untouched_check.png")
+        shoot(page, page.locator(".jp-CodeCell", has_text=f'grader.check("{SHOWN}"').first, "06_untouched_check.png")
 
-        open_and_run_all(page, url, "solved/01_tensors.ipynb")
+        open_and_run_all(page, url, f"solved/{NOTEBOOK}")
         outputs = check_outputs(page)
-        assert len(outputs) == 6 and all(re.search(r" passed — (\d+)/\1 public checks", o) for o in outputs), outputs
+        assert len(outputs) == EXERCISES and all(re.search(r" passed — (\d+)/\1 public checks", o) for o in outputs), outputs
         assert not any("✗" in o or "not implemented" in o for o in outputs)
-        assert saved_errors(root / "solved" / "01_tensors.ipynb") == []
-        shoot(page, page.locator(".jp-CodeCell", has_text='grader.check("tensors.element_offset"').first,
-              "01_solved_check.png")
+        assert saved_errors(root / "solved" / NOTEBOOK) == []
+        shoot(page, page.locator(".jp-CodeCell", has_text=f'grader.check("{SHOWN}"').first, "06_solved_check.png")
     finally:
         page.close()
 
@@ -280,7 +282,7 @@ GLYPHS_DRAWN = """(text) => {
 
 
 def test_a_student_reads_the_zh_notebook_in_chinese(browser, lab_zh):
-    """The zh release's 01_tensors in JupyterLab: its markdown in Chinese, drawn with real glyphs (distinct shapes,
+    """The zh release's 06_modules in JupyterLab: its markdown in Chinese, drawn with real glyphs (distinct shapes,
     none the missing-glyph box), and, after Run All, each check's words in Chinese; no cell raises."""
     missing = cjk_font_missing()
     if missing:
@@ -288,22 +290,24 @@ def test_a_student_reads_the_zh_notebook_in_chinese(browser, lab_zh):
     url, root = lab_zh
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     try:
-        open_and_run_all(page, url, "01_tensors.ipynb")
+        open_and_run_all(page, url, NOTEBOOK)
         outputs = check_outputs(page)
-        assert len(outputs) == 6 and all("尚未实现" in o and "not implemented" not in o for o in outputs), outputs
-        assert saved_errors(root / "01_tensors.ipynb") == []
+        assert len(outputs) == EXERCISES and all("尚未实现" in o and "not implemented" not in o for o in outputs), outputs
+        assert saved_errors(root / NOTEBOOK) == []
         # JupyterLab renders a markdown cell once it is scrolled to: back to the top, where the title is.
         page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.scroll_into_view_if_needed()
         title = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown h1").first
         title.wait_for(timeout=30_000)
-        assert "张量" in title.text_content(), title.text_content()  # innerText is empty while a cell is off screen
-        assert page.evaluate(GLYPHS_DRAWN, "张量存储步幅"), "Chinese text is drawn as missing-glyph boxes"
+        assert "从内部看" in title.text_content(), title.text_content()  # innerText is empty while a cell is off screen
+        assert page.evaluate(GLYPHS_DRAWN, "从内部看参数"), "Chinese text is drawn as missing-glyph boxes"
         # The first exercise: its text in Chinese above the check, whose words are Chinese too.
         exercise = page.locator(".jp-MarkdownCell", has_text="练习 1").first
         exercise.scroll_into_view_if_needed()
         page.evaluate("(el) => el.scrollIntoView({block: 'start'})", exercise.element_handle())
-        page.locator(".jp-CodeCell", has_text='grader.check("tensors.same_storage"').first.locator(
-            ".jp-OutputArea >> text=尚未实现").wait_for(timeout=30_000)
+        check = page.locator(".jp-CodeCell", has_text=f'grader.check("{FIRST}"').first
+        check.locator(".jp-OutputArea >> text=尚未实现").wait_for(timeout=30_000)
+        # The shot shows the check's Chinese words with the end of the exercise's code above them.
+        page.evaluate("(el) => el.scrollIntoView({block: 'center'})", check.element_handle())
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         assert page.locator(".jp-Notification-Toast").count() == 0, page.inner_text(".jp-Notification-Toast")
         page.screenshot(path=str(ARTIFACTS / "notebook_zh.png"))
@@ -314,10 +318,9 @@ def test_a_student_reads_the_zh_notebook_in_chinese(browser, lab_zh):
 def test_the_feedback_page_from_make_grade(browser, lab, tmp_path):
     _, root = lab
     subs = tmp_path / "submissions"
-    for student, source in (("Ada Lovelace", root / "solved" / "01_tensors.ipynb"),
-                            ("Ben Bitdiddle", root / "01_tensors.ipynb")):
+    for student, source in (("Ada Lovelace", root / "solved" / NOTEBOOK), ("Ben Bitdiddle", root / NOTEBOOK)):
         (subs / student).mkdir(parents=True)
-        shutil.copy(source, subs / student / "01_tensors.ipynb")
+        shutil.copy(source, subs / student / NOTEBOOK)
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, "-m", "grader", "grade", str(subs), "--out", str(out), "--workers", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -330,9 +333,9 @@ def test_the_feedback_page_from_make_grade(browser, lab, tmp_path):
         try:
             page.goto((out / student / "feedback.html").as_uri())
             text = page.inner_text("body")
-            assert f"Feedback for {student}" in text and "Chapter 01 · Tensors" in text
-            assert "Graded file: 01_tensors.ipynb" in text and "UTC" in text
-            assert "not_implemented" not in text and "tensors.same_storage" not in text
+            assert f"Feedback for {student}" in text and "Chapter 06 · nn.Module from the inside" in text
+            assert f"Graded file: {NOTEBOOK}" in text and "UTC" in text
+            assert "not_implemented" not in text and FIRST not in text
             overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 0, f"{student}'s page is wider than a {width}px screen"
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
