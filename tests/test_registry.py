@@ -2,10 +2,13 @@
 module used to drop every hidden check of its chapter, and no test failed).
 
 Each test grades nothing: it copies the `grader` package, breaks one thing the way an author might, and loads
-the registry in a fresh interpreter, which must stop with a RegistryError that names the problem.
+the registry from that copy, which must stop with a RegistryError that names the problem. The loads run in one
+interpreter kept for the module (torch imported once, 2 s of CPU a load), which forgets every `grader` module
+before each load: each load imports the whole package again from its copy.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +17,40 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LOAD = "from grader import registry; print(len(registry.load(hidden=True).exercises))"
+# One load per line of stdin (a package copy's folder); one JSON line back per load: the exit status a fresh
+# `python -c "from grader import registry; ..."` would have, what it would print, and its traceback.
+LOADER = """
+import importlib, json, os, sys, traceback
+import torch  # what every load imports first, once
+for line in sys.stdin:
+    root = line.strip()
+    for name in [n for n in sys.modules if n == "grader" or n.startswith("grader.")]:
+        del sys.modules[name]
+    sys.path[0] = root
+    os.chdir(root)
+    importlib.invalidate_caches()  # files a test wrote since the last load
+    try:
+        from grader import registry
+        answer = {"returncode": 0, "stdout": str(len(registry.load(hidden=True).exercises)), "stderr": ""}
+    except Exception:
+        answer = {"returncode": 1, "stdout": "", "stderr": traceback.format_exc()}
+    print(json.dumps(answer), flush=True)
+"""
+
+
+_LOADER: list[subprocess.Popen] = []  # the module's loading interpreter, while its tests run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loader():
+    """The module's loading interpreter: nothing of the repository on its path but the copy each load names."""
+    process = subprocess.Popen([sys.executable, "-c", LOADER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    _LOADER.append(process)
+    yield process
+    _LOADER.remove(process)
+    process.stdin.close()
+    process.wait(timeout=60)
 
 
 @pytest.fixture
@@ -26,8 +62,12 @@ def package(tmp_path: Path) -> Path:
 
 
 def load(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", LOAD], cwd=root, capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+    """The registry loaded from the package copy in `root`, as a fresh interpreter would load it."""
+    [process] = _LOADER
+    process.stdin.write(f"{root}\n")
+    process.stdin.flush()
+    answer = json.loads(process.stdout.readline())
+    return subprocess.CompletedProcess(["load", str(root)], answer["returncode"], answer["stdout"], answer["stderr"])
 
 
 def test_the_course_as_it_is_loads(package: Path) -> None:
