@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
@@ -71,10 +70,7 @@ def forking(isolation, tmp_path):
     scratch = tempfile.mkdtemp(prefix="grader-", dir="/tmp")
     with template.serving(isolation, env, scratch, wanted=True) as path:
         template.TEMPLATE.attach(path, isolation, env)
-        deadline = time.monotonic() + 120
-        while not template.TEMPLATE.ready() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert template.TEMPLATE.ready()
+        assert template.TEMPLATE.ready(wait=120)
         yield template.TEMPLATE
         template.TEMPLATE.give_up()
     os.rmdir(scratch)
@@ -188,9 +184,7 @@ def test_the_template_leaves_no_process_behind(isolation, tmp_path):
     env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
     with template.serving(isolation, env, str(tmp_path), wanted=True) as path:
         template.TEMPLATE.attach(path, isolation, env)
-        deadline = time.monotonic() + 120
-        while not template.TEMPLATE.ready() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert template.TEMPLATE.ready(wait=120)
         seen, kernel, _, _ = probe(isolation)
         assert kernel.launcher.forked
         (server,) = templates()
