@@ -8,6 +8,7 @@ the two class-wide CSVs after every student.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import secrets
@@ -453,9 +454,12 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
     show([])
 
 
-# What the forkserver imports before it forks the workers: torch alone, which touches no GPU. The checks do
-# (importing torch.utils.benchmark asks CUDA whether it is available), so each worker imports them itself.
-_PRELOAD = ["torch"]
+# What every worker needs and touches no GPU, imported once before the workers start (by the forkserver, or by this
+# process when they fork from it) instead of once per worker: torch; the symbolic shapes (with sympy) that the
+# first backward() imports, which reference checks call; matplotlib's font list, copied into each kernel's home
+# (sandbox.prepare_home). The checks touch CUDA (importing torch.utils.benchmark asks whether it is available),
+# so under a forkserver each worker imports them itself.
+_PRELOAD = ["torch", "torch.fx.experimental.symbolic_shapes", "matplotlib.font_manager"]
 
 
 def start_method() -> str:
@@ -478,6 +482,9 @@ def _pool(workers: int, method: str, limits: Limits, isolation: Isolation,
     ctx = get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts, at the first pool
+    elif method == "fork":
+        for name in _PRELOAD:
+            importlib.import_module(name)
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
                                initargs=(dict(os.environ), os.getcwd(), limits, isolation, kernel_template))
     for fut in [pool.submit(_ready) for _ in range(max(1, workers))]:
