@@ -44,6 +44,14 @@ out = {"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid(), "cwd": os.get
        "env_token": os.environ.get("GRADER_NOTEBOOK"), "parent_pid": os.environ.get("JPY_PARENT_PID"),
        "limits": [__import__("resource").getrlimit(r) for r in (6, 1, 9)],  # NPROC, FSIZE, AS
        "files": sorted(os.listdir(".")), "nice": os.nice(0)}
+import io, matplotlib, matplotlib.pyplot as plt
+from matplotlib import font_manager
+png = io.BytesIO()
+plt.figure(figsize=(2, 1)).savefig(png, format="png")
+home = os.environ["HOME"] + "/"
+out.update(mpl_folders=[d.startswith(home) for d in (matplotlib.get_configdir(), matplotlib.get_cachedir())],
+           mpl_backend=matplotlib.get_backend(), mpl_settings=repr(sorted(matplotlib.rcParams.items())),
+           mpl_fonts=len(font_manager.fontManager.ttflist), mpl_png=png.getvalue()[:8].hex())
 open("../grader/probe.json", "w").write(json.dumps(out))
 """
 
@@ -118,7 +126,8 @@ def probe(isolation, ahead: bool = False, fork: bool = True) -> tuple[dict, Note
 
 def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
     """Catches a forked kernel that misses a namespace, keeps root or a capability, skips the seccomp filter or a
-    limit, sees this machine's files or network, or differs from a launched kernel in what a notebook sees."""
+    limit, sees this machine's files or network, or differs from a launched kernel in what a notebook sees (matplotlib
+    included: imported by the template, with the template's folders remembered, it would look outside its home)."""
     launched, kernel, _, _ = probe(isolation, fork=False)
     assert not kernel.launcher.forked
     for ahead in (False, True):  # a notebook graded at once, and one started ahead of its notebook
@@ -129,7 +138,8 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         mine = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in NAMESPACES}
         assert [n for n in NAMESPACES if spaces[n] == mine[n]] == ["user"]  # as root, bubblewrap makes no user ns
         for key in ("uid", "gid", "seccomp", "no_new_privs", "cap_eff", "cap_prm", "repository", "interfaces",
-                    "ssh", "usr", "hash", "threads", "parent_pid", "files", "nice"):
+                    "ssh", "usr", "hash", "threads", "parent_pid", "files", "nice", "mpl_folders", "mpl_backend",
+                    "mpl_settings", "mpl_fonts", "mpl_png"):
             assert forked[key] == launched[key], (key, forked[key], launched[key])
         assert forked["uid"] == sandbox.HOST_UID_BASE + os.getpid()
         assert forked["seccomp"] == "2" and forked["no_new_privs"] == "1"
@@ -137,6 +147,9 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["repository"] is False and forked["interfaces"] == ["lo"] and forked["ssh"] != "reached"
         assert forked["usr"] in ("OSError", "PermissionError") and forked["files"] == ["data.txt"]
         assert forked["parent_pid"] is None and forked["env_token"]
+        # matplotlib, imported by the template: its folders are the kernel's own home, as a launched kernel's are
+        assert forked["mpl_folders"] == [True, True] and forked["mpl_backend"] == "Agg" and forked["mpl_fonts"] > 0
+        assert forked["mpl_png"] == b"\x89PNG\r\n\x1a\n".hex()
         assert forked["door_uid"] == 65534  # the door that holds the sandbox open keeps no rights while it waits
         assert forked["limits"][:2] == launched["limits"][:2]  # processes, file size
         assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start

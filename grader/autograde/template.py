@@ -1,6 +1,7 @@
 """Sandboxed kernels forked from a template instead of started from nothing: each kernel used to import torch,
-ipykernel and torch._dynamo again (about 3 of the 5 CPU-seconds a notebook cost). A grading run now starts
-one template process that imports them once (template_main.py), and each kernel is forked from it into its
+ipykernel and torch._dynamo again (about 3 of the 5 CPU-seconds a notebook cost), then matplotlib.pyplot in its
+first cell. A grading run now starts one template process that imports them once (template_main.py; matplotlib
+with a fresh home's settings), and each kernel is forked from it into its
 notebook's own sandbox: bubblewrap still makes a fresh sandbox per kernel, with a small `door` process in it,
 and the forked kernel joins that sandbox's namespaces and root before it drops its rights and runs any notebook
 code. Each kernel is still fresh, for one notebook only.
@@ -17,6 +18,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from grader.autograde.sandbox import Isolation
+from grader.autograde.sandbox import Isolation, prepare_home
 
 ANSWER_SECONDS = 30  # a fork into a sandbox takes milliseconds; a template that takes this long is broken
 DOOR_SECONDS = 30    # bubblewrap's start, until its door process is there
@@ -66,13 +68,16 @@ def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: boo
         return
     folder = Path(tempfile.mkdtemp(prefix="template-", dir=scratch))  # 0700: no kernel user reaches the socket
     path = folder / "socket"
+    home = folder / "home"  # matplotlib's folder while the template imports it: a kernel's fresh home's
+    prepare_home(home)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     process = None
     try:
         listener.bind(str(path))
         listener.listen(64)
         program = str(Path(isolation.launch).with_name("template_main.py"))
-        process = subprocess.Popen([sys.executable, program, str(listener.fileno())], env=template_env(env),
+        process = subprocess.Popen([sys.executable, program, str(listener.fileno())],
+                                   env=template_env(env) | {"MPLCONFIGDIR": str(home / ".config" / "matplotlib")},
                                    pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
         listener.close()
@@ -83,6 +88,7 @@ def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: boo
             process.kill()  # its children waiting on kernels end with their kernels
             process.wait()
         path.unlink(missing_ok=True)
+        shutil.rmtree(home, ignore_errors=True)
         folder.rmdir()
 
 

@@ -10,8 +10,8 @@ after the imports, in the same order (drop to its user, the seccomp filter, the 
 cap) before any notebook code runs. The child outside waits for it and ends with it.
 
 Run by file path from the public grader's folder, outside any sandbox (it must be able to enter one): standard
-library, torch and ipykernel only, never `grader`, so that nothing of the grading process is in the memory a
-kernel inherits. Its environment is a kernel's, without what differs per notebook.
+library, torch, ipykernel and matplotlib only, never `grader`, so that nothing of the grading process is in the
+memory a kernel inherits. Its environment is a kernel's, without what differs per notebook.
 """
 import ctypes
 import json
@@ -98,6 +98,7 @@ def run_kernel(request: dict) -> None:
         os.closerange(3, 65536)
         os.environ.clear()
         os.environ.update(request["env"])
+        forget_matplotlib_folders()
         launch.drop_import_settings()  # the template did the imports they were for
         sys.argv = request["argv"]
         launch.start(launch.confine_kernel())
@@ -106,6 +107,16 @@ def run_kernel(request: dict) -> None:
     except BaseException:
         os._exit(1)
     os._exit(0)
+
+
+def forget_matplotlib_folders() -> None:
+    """matplotlib keeps the config and cache folders it found first (the template's, which no sandbox holds): the
+    kernel's next call looks again, in its own environment (MPLCONFIGDIR, in its home), as a launched kernel's does.
+    Its memo is the closure of matplotlib's `_logged_cached` (tests/test_template.py checks the folders)."""
+    mpl = sys.modules.get("matplotlib")
+    for getter in (mpl.get_configdir, mpl.get_cachedir) if mpl is not None else ():
+        cells = dict(zip(getter.__code__.co_freevars, getter.__closure__ or ()))
+        cells["called"].cell_contents = False
 
 
 def serve(listener: socket.socket) -> None:
@@ -154,5 +165,8 @@ if __name__ == "__main__":
     import torch  # noqa: F401,E402  (what launch.py imports, and what the first optimizer or FLOP count imports)
     import torch._dynamo  # noqa: F401,E402
     from ipykernel import kernelapp  # noqa: F401,E402
+    # What every chapter's first cell imports: half a CPU-second per kernel. Its font list and settings come from
+    # the folder template.py gave (MPLCONFIGDIR: the font list alone, no matplotlibrc), as a kernel's fresh home.
+    import matplotlib.pyplot  # noqa: F401,E402
 
     serve(socket.socket(fileno=int(sys.argv[1])))
