@@ -164,7 +164,7 @@ if __name__ == "__main__":
     launch.prepare_imports()
     import torch  # noqa: F401,E402  (what launch.py imports, and what the first optimizer or FLOP count imports)
     import torch._dynamo  # noqa: F401,E402
-    from ipykernel import kernelapp  # noqa: F401,E402
+    from ipykernel import ipkernel, kernelapp  # noqa: F401,E402  (ipkernel: what the app imports as it starts)
     # What every chapter's first cell imports: half a CPU-second per kernel. Its font list and settings come from
     # the folder template.py gave (MPLCONFIGDIR: the font list alone, no matplotlibrc), as a kernel's fresh home.
     import matplotlib.pyplot  # noqa: F401,E402
