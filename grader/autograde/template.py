@@ -69,10 +69,10 @@ def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: boo
     folder = Path(tempfile.mkdtemp(prefix="template-", dir=scratch))  # 0700: no kernel user reaches the socket
     path = folder / "socket"
     home = folder / "home"  # matplotlib's folder while the template imports it: a kernel's fresh home's
-    prepare_home(home)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     process = None
     try:
+        prepare_home(home)
         listener.bind(str(path))
         listener.listen(64)
         program = str(Path(isolation.launch).with_name("template_main.py"))
