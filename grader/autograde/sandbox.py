@@ -286,7 +286,7 @@ def kernel_env(iso: Isolation, inherited: dict[str, str], ours: dict[str, str], 
         env.update(ours)
         env.update({"HOME": str(home), "TMPDIR": "/tmp", "GRADER_SANDBOX": iso.kind, "PYTHONNOUSERSITE": "1",
                     "USER": "student", "LOGNAME": "student",
-                    "MPLCONFIGDIR": str(home / ".config" / "matplotlib"), "XDG_CACHE_HOME": str(home / ".cache")})
+                    "MPLCONFIGDIR": str(matplotlib_folder(home)), "XDG_CACHE_HOME": str(home / ".cache")})
     else:
         env = {**inherited, **ours}
     env["IPYTHONDIR"] = str(home / ".ipython")  # never the instructor's profile (startup files run in every kernel)
@@ -297,11 +297,16 @@ def kernel_env(iso: Isolation, inherited: dict[str, str], ours: dict[str, str], 
     return env
 
 
+def matplotlib_folder(home: Path) -> Path:
+    """matplotlib's config and cache folder (MPLCONFIGDIR) in a kernel's home."""
+    return home / ".config" / "matplotlib"
+
+
 def prepare_home(home: Path) -> None:
     """A fresh `$HOME` for the kernel, with matplotlib's font list copied in (rebuilding it costs seconds)."""
-    (home / ".config" / "matplotlib").mkdir(parents=True, exist_ok=True)
+    matplotlib_folder(home).mkdir(parents=True, exist_ok=True)
     for font_list in _font_lists():
-        shutil.copy2(font_list, home / ".config" / "matplotlib" / font_list.name)
+        shutil.copy2(font_list, matplotlib_folder(home) / font_list.name)
 
 
 @functools.lru_cache(maxsize=1)

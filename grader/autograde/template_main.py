@@ -114,7 +114,9 @@ def forget_matplotlib_folders() -> None:
     kernel's next call looks again, in its own environment (MPLCONFIGDIR, in its home), as a launched kernel's does.
     Its memo is the closure of matplotlib's `_logged_cached` (tests/test_template.py checks the folders)."""
     mpl = sys.modules.get("matplotlib")
-    for getter in (mpl.get_configdir, mpl.get_cachedir) if mpl is not None else ():
+    if mpl is None:
+        return
+    for getter in (mpl.get_configdir, mpl.get_cachedir):
         cells = dict(zip(getter.__code__.co_freevars, getter.__closure__ or ()))
         cells["called"].cell_contents = False
 
