@@ -3,8 +3,16 @@
 In a notebook, right after an exercise:  grader.check("tensors.same_storage", same_storage)
 A cell that uses an exercise starts with  %%needs same_storage  (it waits until the exercise is written).
 """
-from grader import needs as _needs
-from grader.notebook import check
+import sys as _sys
+
+# jsonschema, which nbformat imports, imports rfc3987_syntax where it is installed (jupyter-events' format extra
+# brings it), and that builds a Lark parser on import: a CPU-second in every process that reads a notebook, and a
+# grading run or a test suite starts hundreds. Nothing here checks the "iri" formats it serves; without it,
+# jsonschema leaves them unchecked (tests/test_collect.py: reading a notebook imports no such parser).
+_sys.modules.setdefault("rfc3987_syntax", None)
+
+from grader import needs as _needs  # noqa: E402
+from grader.notebook import check  # noqa: E402
 
 try:  # imported now, before any student code runs, so the checks bind torch's own functions
     from grader.runner import run_exercise, run_namespace

@@ -181,11 +181,16 @@ def test_memory_blow_up_is_memory(bridge):
 
 
 def test_infinite_loop_times_out_and_the_kernel_answers_again(bridge):
+    """Interrupted, not restarted: the request handler takes SIGINT as ipykernel does while it handles a message
+    (between messages the kernel ignores it). Catches a handler that leaves it ignored: the loop runs on, the
+    interrupt's answer never comes, and the kernel is replaced."""
     f = remote(bridge, "spin")
+    restarts = bridge.kernel.restarts
     bridge.deadline = __import__("time").monotonic() + 1
     with pytest.raises(CheckTimeout):
         f()
     assert remote(bridge, "same")(torch.ones(1), torch.ones(1)) is False
+    assert bridge.kernel.restarts == restarts and bridge.kernel.listening()
 
 
 def test_the_probe_sees_tampering_that_the_source_hides(bridge):

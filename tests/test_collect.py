@@ -253,3 +253,18 @@ def test_one_rule_names_a_notebooks_chapter(name, chapter):
     assert chapter_of(name) == chapter
     # the student's own self-check sees the same chapter (it used to miss `jdoe-01-tensors.ipynb`)
     assert selfcheck.chapter_of(Path(name.replace("\\", "/"))) == (chapters.key(chapter) if chapter else None)
+
+
+def test_reading_notebooks_builds_no_iri_grammar():
+    """Every grading run and grader command reads notebooks with nbformat, whose jsonschema imports rfc3987_syntax
+    where it is installed (jupyter-events brings it): a Lark grammar built on import, a CPU-second per process.
+    grader/__init__.py keeps it out; catches that line dropped, or moved below an import of nbformat."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, grader.autograde.cohort, nbformat, jsonschema\n"
+             "nbformat.validate(nbformat.reads(sys.argv[1], as_version=4))\n"
+             "print(sorted(m for m in ('lark', 'rfc3987_syntax') if sys.modules.get(m)))")
+    done = subprocess.run([sys.executable, "-c", probe, NB], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

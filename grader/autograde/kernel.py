@@ -105,6 +105,10 @@ class NotebookKernel:
     def fifo_path(self) -> str:
         return self._channel.fifo_path if self._channel is not None else ""
 
+    @property
+    def requests_path(self) -> str:
+        return self._channel.requests_path if self._channel is not None else ""
+
     def private_dir(self, prefix: str) -> Path:
         """A new folder for the grader's files in the notebook's exchange folder (the kernel can reach it there)."""
         return self.launcher.private_dir(prefix)
@@ -175,8 +179,8 @@ class NotebookKernel:
         if self._ahead:  # found by now for sure: a kernel started ahead runs at normal priority from here
             self._normal_priority()
             self._ahead = False
-        self._channel = Channel(self._client, self.launcher.fifo(f"done-{self.restarts}"), self.remaining,
-                                self._alive)
+        self._channel = Channel(self._client, self.launcher.fifo(f"done-{self.restarts}"),
+                                self.launcher.fifo(f"requests-{self.restarts}"), self.remaining, self._alive)
         watched = self.launcher.watched()
         if watched is not None:
             self._watch = DiskWatch(self.end, *watched)
@@ -258,15 +262,16 @@ class NotebookKernel:
         """Run code silently (no history, no outputs kept): the fast path for the grader's own requests."""
         return self._channel.call(source, timeout) if self._channel is not None else self._gone()
 
-    def comm_ready(self) -> bool:
-        return self._channel is not None and bool(self._channel.comm_id)
+    def listening(self) -> bool:
+        """Whether the kernel reads requests from its FIFO (`post`), once `start_listening` was told it does."""
+        return self._channel is not None and self._channel.requests_open()
 
-    def open_comm(self, target: str) -> None:
-        """Open a comm to `target` (registered in the kernel beforehand); `post` then uses it."""
-        self._channel.open_comm(target)
+    def start_listening(self) -> None:
+        """The bridge's handler reads the requests FIFO now: `post` uses it from here."""
+        self._channel.listening()
 
     def post(self, data: dict, timeout: float) -> Outcome:
-        """Send a comm message and wait until the kernel writes `data["n"]` to the FIFO: ~1 ms, no cell machinery."""
+        """Write a request line to the kernel and wait until it writes `data["n"]` to the FIFO: no cell machinery."""
         return self._channel.post(data, timeout) if self._channel is not None else self._gone()
 
     # ---------------------------------------------------------------- surviving what cells do
