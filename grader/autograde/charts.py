@@ -19,6 +19,13 @@ STATUS_COLOURS = {
 }
 
 
+def prepare() -> None:
+    """Import what drawing needs now (a third of a second), while the run waits for its kernel template, rather
+    than in the class report at the end, when nothing else runs."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+
+
 def _figure(width: float, height: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -33,7 +33,7 @@ from grader.autograde.adjust import Options, prepare
 from grader.autograde.canvas import collect_submissions
 from grader.autograde.classpage import write_class_report
 from grader.autograde.collect import Submission
-from grader.autograde import integrity, template, warm
+from grader.autograde import charts, integrity, template, warm
 from grader.autograde.kernel import Limits
 from grader.autograde.launcher import Launcher, scratch_base
 from grader.autograde.notebook import grade, whole_notebook
@@ -388,6 +388,7 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         with template.serving(isolation, _kernel_env(limits, isolation), scratch_root,
                               wanted=len(run.pending) >= 2) as kernel_template:
             pool = _pool(workers, start_method(), limits, isolation, kernel_template) if run.pending else None
+            charts.prepare()  # the class report's drawing, imported while the workers wait for the template
             with Progress(*_COLUMNS, console=console, transient=False) as progress:
                 bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")
                 for record in _execute(run.pending, pool, workers, limits, scratch_root, isolation, course,
