@@ -195,15 +195,22 @@ def build_release(root: Path) -> StudentRelease:
     return StudentRelease(archive, folder, folder / ".venv" / "bin" / "python")
 
 
-# Files that take a minute or more, handed out first so that the workers of `make test` finish together
-# (a slow file handed out last runs on alone). `make test` passes --no-loadscope-reorder: xdist would
-# otherwise hand out the files with the most tests first, whatever their time.
-# Then the solution notebooks under nbval (6 to 30 s each, the slowest first), then the many short files,
-# which fill the end evenly.
-SLOW_FIRST = ["test_release.py", "test_translations.py", "test_demo_grading.py", "test_grading_objects.py", "test_grading.py",
-              "test_ddp_answers.py", "test_gradescope.py", "test_browser.py", "test_canvas.py",
-              "test_initialization_answers.py", "10_ddp.ipynb", "07_initialization.ipynb", "05_autograd.ipynb",
-              "test_gpu_answers.py", "test_sandbox.py", "04_flops.ipynb", "test_lab.py"]
+# The files that take longest, handed out first and longest first, so that the workers of `make test` finish
+# together: a file handed out last runs on alone (test_shards and test_template did, 50 s at the end of a run).
+# `make test` passes --no-loadscope-reorder: xdist would otherwise hand out the files with the most tests first,
+# whatever their time. Each file's seconds in `make test` at 09:47 UTC on 2026-11-28 (three workers, two
+# cores): release 245 (first: the release it builds is what test_translations waits for), gradescope 99, grading
+# 95, translations 89, browser 79, sandbox 78, grading_objects 54, initialization_answers 52, demo_grading 45,
+# canvas 38, lab 37, gpu_answers 36, 04_flops 36, shards 32, 10_ddp 29, checkpointing_answers 28, 01_tensors 24,
+# flops_answers 24, memory_answers 22, ddp_answers 21, bridge 21, regrade 20, template 20, then 18 s and less;
+# the many short files after these fill the end evenly.
+SLOW_FIRST = ["test_release.py", "test_gradescope.py", "test_grading.py", "test_translations.py", "test_browser.py",
+              "test_sandbox.py", "test_grading_objects.py", "test_initialization_answers.py", "test_demo_grading.py",
+              "test_canvas.py", "test_lab.py", "test_gpu_answers.py", "04_flops.ipynb", "test_shards.py",
+              "10_ddp.ipynb", "test_checkpointing_answers.py", "01_tensors.ipynb", "test_flops_answers.py",
+              "test_memory_answers.py", "test_ddp_answers.py", "test_bridge.py", "test_regrade.py", "test_template.py",
+              "07_initialization.ipynb", "09_gpu.ipynb", "08_checkpointing.ipynb", "test_autograd_answers.py",
+              "test_colab.py", "test_gpu_grading.py", "test_pool.py", "test_modules_answers.py"]
 
 
 def _rank(item) -> int:
