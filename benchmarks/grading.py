@@ -9,6 +9,8 @@
 2. `--students N`: a generated class of N students (solved, half solved, blank and hazardous, in turn) instead,
    with worker-seconds per notebook by kind of student.
 3. The sandbox's cost: the demo cohort with `--sandbox on` and `--sandbox off`, alternately; target <= 1.05x.
+4. A check's round trip to a grading kernel: milliseconds of wall and of CPU (this process, the kernel) per call of
+   a student's two-argument function, the unit a check's calls are made of (chapter 01's checks make about 500).
 Reports, never gates.
 """
 from __future__ import annotations
@@ -154,6 +156,33 @@ def sandbox_cost(root: Path, rounds: int = 2) -> None:
     print(f"  grades.csv identical with and without the sandbox: {same}")
 
 
+def round_trip(root: Path, calls: int = 300, rounds: int = 3) -> None:
+    """Section 4: `calls` calls of `f(a, b)` through the bridge, `rounds` times (a kernel started as grading starts
+    one, unsandboxed: the sandbox adds nothing per call)."""
+    import torch
+
+    from grader import registry
+    from grader.autograde.bridge import grading_kernel
+    from grader.autograde.kernel import GiB, Limits
+
+    exercise = registry.load().get("tensors.same_storage")
+    limits = Limits(cell_timeout=60, check_timeout=10, memory=3 * GiB)
+    print(f"\na check's round trip to the kernel ({calls} calls of f(a, b) on two 3-element tensors, {rounds} rounds)")
+    folder = root / "round-trip"
+    folder.mkdir(parents=True, exist_ok=True)
+    with grading_kernel(["def f(a, b):\n    return a + b\n"], folder, limits) as bridge:
+        me, x = psutil.Process(), torch.ones(3)
+        kernel = psutil.Process(bridge.kernel.kernel_pid())
+        for _ in range(rounds):
+            mine, theirs, start = sum(me.cpu_times()[:2]), sum(kernel.cpu_times()[:2]), time.perf_counter()
+            for _ in range(calls):
+                bridge.deadline = time.monotonic() + 10
+                bridge.call("f", exercise, (x, x), {})
+            wall = time.perf_counter() - start
+            print(f"  {1e3 * wall / calls:5.2f} ms wall, CPU {1e3 * (sum(me.cpu_times()[:2]) - mine) / calls:5.2f} ms "
+                  f"here and {1e3 * (sum(kernel.cpu_times()[:2]) - theirs) / calls:5.2f} ms in the kernel per call")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=0, help="grade a generated class of N students instead "
@@ -176,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 scaling(DEMO, root, "the demo cohort", counts, not args.no_whole_notebooks)
         if not args.no_sandbox_cost:
             sandbox_cost(root)
+        round_trip(root)
     return 0
 
 
