@@ -138,9 +138,11 @@ class Channel:
         limit = self._limit(timeout)
         if isinstance(limit, Outcome):
             return limit
-        line = "\0".join(str(data[k]) for k in ("n", "op", "req", "resp")) + "\n"
+        line = b"\0".join(os.fsencode(str(data[k])) for k in ("n", "op", "req", "resp")) + b"\n"
+        if line.count(b"\n") != 1:  # a line per request: a temporary folder named with a line break cannot be sent
+            return Outcome(Ended.ERROR, "BridgeError", f"a request's file name holds a line break: {data['req']!r}")
         try:
-            os.write(self._requests, line.encode())  # one short write: whole, or not at all
+            os.write(self._requests, line)  # one short write: whole, or not at all
         except BlockingIOError:  # a kernel that has not read what came before
             return Outcome(Ended.TIMEOUT)
         want = f"{data['n']}".encode()
