@@ -3,14 +3,13 @@ of the notebook's time, a dead kernel reported as such):
 
 * `execute`: a notebook cell, through nbclient (its outputs discarded as they arrive);
 * `call`: code run silently on the shell channel, the grader's own short requests;
-* `post`: a line on a FIFO the bridge's handler reads, answered on another (~0.5 ms, no message at all).
+* `post`: a line on a FIFO the bridge's handler reads, answered on another (under 1 ms, no message at all).
 """
 from __future__ import annotations
 
 import os
 import select
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -66,7 +65,7 @@ class Channel:
         self.fast = fast
         self.fifo_path, self.requests_path = fifo, requests
         self._fifo = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        self._requests: int | None = None  # opened once the kernel reads it (`listening`)
+        self._requests: int | None = None  # opened once the kernel reads it (`open_requests`)
         self._buffer = b""
 
     def close(self) -> None:
@@ -124,10 +123,12 @@ class Channel:
                 continue
             return _error(msg["content"]) if msg["content"].get("status") == "error" else Outcome(Ended.OK)
 
-    def requests_open(self) -> bool:
+    @property
+    def listening(self) -> bool:
+        """Whether `post` can be used: `open_requests` was called."""
         return self._requests is not None
 
-    def listening(self) -> None:
+    def open_requests(self) -> None:
         """The kernel reads the requests FIFO now (the bridge's `listen`); `post` then uses it."""
         self._requests = os.open(self.requests_path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
 

@@ -264,11 +264,11 @@ class NotebookKernel:
 
     def listening(self) -> bool:
         """Whether the kernel reads requests from its FIFO (`post`), once `start_listening` was told it does."""
-        return self._channel is not None and self._channel.requests_open()
+        return self._channel is not None and self._channel.listening
 
     def start_listening(self) -> None:
         """The bridge's handler reads the requests FIFO now: `post` uses it from here."""
-        self._channel.listening()
+        self._channel.open_requests()
 
     def post(self, data: dict, timeout: float) -> Outcome:
         """Write a request line to the kernel and wait until it writes `data["n"]` to the FIFO: no cell machinery."""

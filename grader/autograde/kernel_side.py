@@ -234,7 +234,7 @@ def scenario(request):
 
 def listen(request):
     """Answer the grader's requests from now on, each a line on one FIFO, from the kernel's event loop between
-    its messages: no comm message, status messages or stream flush per request (a round trip costs a fifth).
+    its messages: no comm message, status messages or stream flush per request (a round trip costs a quarter).
 
     The grader waits on another FIFO; each finished request writes its number there."""
     replies = os.open(request["fifo"], os.O_WRONLY)
