@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
-from typing import Callable
+from typing import Callable, NoReturn
 
 # nbformat imports jsonschema, which builds an IRI grammar (2.5 s of CPU) for a format check no command uses: every
 # command that reads a notebook (grade, test, selfcheck, execute, ...) paid it at its start. Declaring that optional
@@ -78,5 +79,22 @@ def main(argv: list[str] | None = None) -> int:
     return 2 if run is None else run(rest)
 
 
+def finish(code: int | None) -> NoReturn:
+    """End the process as Python's shutdown would (threads joined, atexit functions run, output flushed), without
+    then tearing down every imported object one by one: 0.6 CPU-seconds per command once torch is imported, a
+    quarter of a `grade` that has nothing left to grade. Nothing here leaves a file open for writing."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]  # as Python's shutdown begins: wait for non-daemon threads
+    atexit._run_exitfuncs()  # temporary folders removed, child processes joined, logging flushed
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`... | head`), a closed stream: nothing more can be said
+            pass
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main())

@@ -1,9 +1,15 @@
 """`python -m grader`: one table of commands, and a missing module said for what it is (issue 14 §5)."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import grader.__main__ as cli
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def missing(name: str):
@@ -61,3 +67,31 @@ def test_help_lists_only_the_commands_this_install_has(monkeypatch, capsys):
     monkeypatch.setattr(cli.importlib, "import_module", missing("grader.autograde"))
     assert cli.main(["similarity", "subs", "--out", "x"]) == 2
     assert "`similarity` is for instructors" in capsys.readouterr().err
+
+
+FINISH = """
+import atexit, sys, threading, time
+from grader.__main__ import finish
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=True)
+threading.Thread(target=late).start()
+atexit.register(lambda: print("atexit ran", flush=True))
+sys.stdout.write("x" * 200_000)  # more than a pipe holds: still buffered when finish is called
+finish(3)
+"""
+
+
+def test_a_command_ends_with_its_code_its_whole_output_its_threads_and_atexit_functions_done():
+    """`python -m grader` skips Python's teardown of every object (finish): caught, a finish that exits before a
+    non-daemon thread ends, before the atexit functions (temporary folders, child processes) or with output unflushed."""
+    done = subprocess.run([sys.executable, "-c", FINISH], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.startswith("x" * 200_000)
+    assert done.stdout[200_000:] == "thread done\natexit ran\n"
+
+
+def test_python_m_grader_ends_through_finish():
+    """The module's last lines call finish with main's code (catches a return to sys.exit, or finish left unused)."""
+    source = Path(cli.__file__).read_text(encoding="utf-8")
+    assert source.rstrip().endswith('if __name__ == "__main__":\n    finish(main())')

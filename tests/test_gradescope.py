@@ -151,6 +151,30 @@ def test_a_damaged_submission_scores_zero_with_a_reason(autograder, tmp_path):
     assert "Not graded (no readable notebook found): 01_tensors.ipynb" in r["output"]
 
 
+def test_a_submission_is_graded_without_the_class_report_nobody_reads(tmp_path, monkeypatch):
+    """Gradescope grades one student in a folder it throws away: no class.html drawn there (about a second of
+    matplotlib per submission). Caught: results_for leaving class_report at its default."""
+    import io
+
+    from rich.console import Console
+
+    from grader.autograde import gradescope
+    from grader.autograde.kernel import Limits
+
+    seen = []
+    real = gradescope.grade_cohort
+
+    def grade_cohort(submissions, out, *args, **kwargs):
+        summary = real(submissions, out, *args, **kwargs)
+        seen.append(((out / "grades.csv").is_file(), (out / "class.html").exists()))
+        return summary
+
+    monkeypatch.setattr(gradescope, "grade_cohort", grade_cohort)
+    (tmp_path / "submission").mkdir()
+    results = gradescope.results_for(tmp_path / "submission", [CHAPTER], Limits(threads=1), Console(file=io.StringIO()))
+    assert seen == [(True, False)] and results["score"] == 0
+
+
 def test_an_empty_submission_still_gets_a_results_file(autograder, tmp_path):
     r = submit(autograder, tmp_path, {"notes.txt": b"I forgot the notebook"})
     assert r["score"] == 0 and {t["extra_data"]["status"] for t in r["tests"]} == {"missing"}

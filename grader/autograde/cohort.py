@@ -308,8 +308,10 @@ class Writer:
     """Writes what grading produces as it comes: each record at once (a killed run resumes from them), a student's
     files when the student is complete, the class's files after every student and once at the end."""
 
-    def __init__(self, out: Path, run: Plan, summary: Summary, selection: Selection | None) -> None:
+    def __init__(self, out: Path, run: Plan, summary: Summary, selection: Selection | None,
+                 class_report: bool = True) -> None:
         self.out, self.run, self.summary, self.selection = out, run, summary, selection
+        self.class_report = class_report
         self.left = {s: sum(1 for t in run.pending if t.student == s) for s in run.students}
 
     def complete(self) -> list[str]:
@@ -346,9 +348,10 @@ class Writer:
     def finish(self) -> None:
         """The class's files, written once more at the end (also when there were no students)."""
         self._class()
-        self.summary.written.update(write_class_report(self.out, self.run.records.values(), self.run.students,
-                                                       self.run.chapters, self.run.adjust, self.summary.warnings,
-                                                       self.summary.sandbox))
+        if self.class_report:
+            self.summary.written.update(write_class_report(self.out, self.run.records.values(), self.run.students,
+                                                           self.run.chapters, self.run.adjust, self.summary.warnings,
+                                                           self.summary.sandbox))
 
 
 _COLUMNS = (TextColumn("[bold]grading"), BarColumn(bar_width=10), TextColumn("{task.completed}/{task.total} students"),
@@ -358,13 +361,15 @@ _COLUMNS = (TextColumn("[bold]grading"), BarColumn(bar_width=10), TextColumn("{t
 def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, chapters: list[str] | None = None,
                  console: Console | None = None, sandbox: str = "auto", kernel_user: str = "",
                  options: Options | None = None, selection: Selection | None = None,
-                 seed: str | None = None, whole: bool = False, shard: Shard | None = None) -> Summary:
+                 seed: str | None = None, whole: bool = False, shard: Shard | None = None,
+                 class_report: bool = True) -> Summary:
     """Grade every submission under `submissions` into `out`; returns what was done.
     `sandbox` (auto, on, off) and `kernel_user`: see sandbox.choose; "on" raises SandboxUnavailable where it cannot.
     `seed`: the secret the hidden checks draw their inputs with (run_seed); integrity.Changed stops the run.
     `whole`: run every cell, the unchanged demonstrations too (grader/demonstrations.py).
     `selection`: regrade only those students or exercises, keeping every other record (regrade.py).
-    `shard`: grade only this shard's students (merge.py joins the shards)."""
+    `shard`: grade only this shard's students (merge.py joins the shards).
+    `class_report`: False where nobody reads OUT/class.html (Gradescope's one student, in a folder thrown away)."""
     course = registry.load(hidden=True)
     start = time.monotonic()
     console = console or Console(stderr=True)
@@ -381,14 +386,15 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         guard = Guard(run.salt, integrity.start(), (str(GRADER_DIR), str(public)), whole)
         summary = Summary(students=len(run.students), warnings=run.warnings, sandbox=isolation.describe(),
                           reused=run.reused)
-        writer = Writer(out, run, summary, selection)
+        writer = Writer(out, run, summary, selection, class_report)
         done = writer.complete()
         # A kernel template costs the imports of one kernel and saves most of each kernel's start: it is worth
         # starting for two notebooks or more.
         with template.serving(isolation, _kernel_env(limits, isolation), scratch_root,
                               wanted=len(run.pending) >= 2) as kernel_template:
             pool = _pool(workers, start_method(), limits, isolation, kernel_template) if run.pending else None
-            charts.prepare()  # the class report's drawing, imported while the workers wait for the template
+            if class_report:
+                charts.prepare()  # the class report's drawing, imported while the workers wait for the template
             with Progress(*_COLUMNS, console=console, transient=False) as progress:
                 bar = progress.add_task("grading", total=len(run.students), completed=len(done), current="")
                 for record in _execute(run.pending, pool, workers, limits, scratch_root, isolation, course,

@@ -71,7 +71,7 @@ def results_for(submission: Path, chapters: list[str], limits: Limits, console: 
         shutil.copytree(submission, subs / STUDENT, symlinks=True)
         out = Path(tmp) / "out"
         summary = grade_cohort(subs, out, max(1, min(2, default_workers())), limits, chapters, console,
-                               "auto", user)
+                               "auto", user, class_report=False)
         console.print(summary.sandbox)
         # For the instructor only (the log is hidden from the student): the secret this submission's hidden
         # checks drew their inputs with, to replay its grading (`python -m grader grade ... --seed`).
