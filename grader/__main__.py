@@ -9,11 +9,6 @@ import os
 import sys
 from typing import Callable, NoReturn
 
-# nbformat imports jsonschema, which builds an IRI grammar (2.5 s of CPU) for a format check no command uses: every
-# command that reads a notebook (grade, test, selfcheck, execute, ...) paid it at its start. Declaring that optional
-# package absent skips it.
-sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-
 # command: (what it does, the module whose main() runs it, who it is for where the student release leaves it out)
 COMMANDS: dict[str, tuple[str, str, str | None]] = {
     "lab": ("set up what is missing, then open JupyterLab on the notebooks", "grader.lab", None),
