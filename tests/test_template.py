@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -153,6 +154,53 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["door_uid"] == 65534  # the door that holds the sandbox open keeps no rights while it waits
         assert forked["limits"][:2] == launched["limits"][:2]  # processes, file size
         assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start
+
+
+# What a kernel holds of the grader once set up, and whether a `%%needs` cell of the notebook ran.
+GRADER_SEEN = r"""
+import json, sys
+mods = {n: getattr(m, "__file__", None) for n, m in sys.modules.items() if n.split(".")[0] == "grader"}
+open("../grader/seen.json", "w").write(json.dumps({"modules": mods, "ran": globals().get("RAN")}))
+"""
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_set_up_kernels_hold_the_public_grader_alone_and_run_needs_cells(isolation, forking, fork):
+    """Catches a template that imports `grader` from anywhere but the public copy (the course's sources and their
+    hidden checks in every kernel's memory), or imports it without `%%needs` then being registered in the kernel's
+    shell (the template has no shell: the bridge's set-up registers it); a launched kernel is the same."""
+    from grader.autograde.bridge import grading_kernel
+
+    top = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))
+    top.chmod(0o711)
+    (top / "run" / "notebooks").mkdir(parents=True)
+    cells = ["def twice(x):\n    return 2 * x\n", "%%needs twice\nRAN = twice(21)\n"]
+    kernel = NotebookKernel(cells, top / "run" / "notebooks", Limits(), isolation=isolation, folder=top / "run")
+    kernel.launcher.fork = fork
+    kernel.launch(ahead=True)  # as a grading worker starts its next notebook's kernel
+    with grading_kernel(cells, kernel.cwd, Limits(), isolation=isolation, ahead=kernel) as bridge:
+        assert bridge.kernel.launcher.forked is fork
+        assert bridge.kernel.execute(GRADER_SEEN, 60).status == "ok"
+        seen = json.loads((top / "run" / "grader" / "seen.json").read_text())
+    public = os.path.join(isolation.public, "grader", "")
+    assert seen["ran"] == 42
+    assert "grader.exercises" in seen["modules"] and "grader.runner" in seen["modules"]
+    assert all((f or "").startswith(public) for f in seen["modules"].values()), seen["modules"]
+    assert not [n for n in seen["modules"] if n.split(".")[1:2] in (["hidden"], ["autograde"], ["authoring"])]
+
+
+def test_a_template_that_would_hold_grader_modules_from_elsewhere_refuses_to_serve(tmp_path, monkeypatch):
+    """Catches the check in template_main.import_public passing modules of the course's own `grader` (an editable
+    install's finder left in place would bring them)."""
+    sys.path.insert(0, str(ROOT / "grader" / "autograde"))
+    try:
+        import template_main
+    finally:
+        sys.path.pop(0)
+    public = sandbox.build_public(tmp_path / "lib")
+    with pytest.raises(SystemExit, match="outside the public grader"):
+        template_main.import_public(["grader.exercises"], str(public))  # this process's grader: the course's
+    monkeypatch.delitem(sys.modules, "template_main")
 
 
 def test_a_template_that_fails_leaves_kernels_to_launch_py(isolation, forking, tmp_path, monkeypatch):

@@ -62,8 +62,6 @@ _INSTALL = ("import sys as _s, types as _t\n"
             "del _s, _t, _m, _n, _f, _c")
 _SERVE = f"__import__('sys').modules[{kernel_side.MODULE!r}].serve"
 
-IMPORTS = ("torch", "numpy", "grader", "grader.notebook", "grader.runner", "grader.expect", "grader.registry",
-           "grader.results", "grader.feedback", "grader.exercises", "grader.scenario")
 SCENARIO_DIR = Path(scenarios_api.__file__).with_name("scenarios")
 
 
@@ -207,7 +205,7 @@ class Bridge:
 
     def setup(self) -> Outcome:
         self.kernel.call(_INSTALL, 60)
-        outcome, reply = self.request("setup", {"imports": list(IMPORTS), "protected": list(PROTECTED),
+        outcome, reply = self.request("setup", {"imports": list(kernel_side.IMPORTS), "protected": list(PROTECTED),
                                                 "forbidden": list(self.forbidden), "scenarios": scenario_sources()},
                                       120)
         self._tampered(reply, names=True)

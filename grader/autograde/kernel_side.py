@@ -25,6 +25,10 @@ WIRE = "__grader_wire__"          # grader/wire.py's text, compiled into the ker
 WIRE_FILE = "<grader-wire>"
 GUARD = "__grader_guard__"        # grader/guard.py's text, compiled into the kernel before the wire
 GUARD_FILE = "<grader-guard>"
+# What set-up imports before the notebook runs (the public grader, whose checks bind torch's own functions then);
+# the kernel template imports them once for every kernel it forks (template_main.py).
+IMPORTS = ("torch", "numpy", "grader", "grader.notebook", "grader.runner", "grader.expect", "grader.registry",
+           "grader.results", "grader.feedback", "grader.exercises", "grader.scenario")
 _LIB_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) for m in (torch, os))
 
 # In the kernel, the copy the bridge installed; in the grading process (which reads this module only for its
@@ -71,6 +75,9 @@ def setup(request):
     try:
         for name in request["imports"]:
             __import__(name)
+        needs = sys.modules.get("grader.needs")
+        if needs is not None:  # imported by the template, before this kernel's IPython ran: `%%needs` now
+            needs.register()
         for dotted in request.get("forbidden", ()):
             _resolve(dotted)  # imports what holds it now, not inside a check's time (guard.resolve)
     finally:

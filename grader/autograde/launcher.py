@@ -10,9 +10,11 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import default
 
 from grader.autograde import sandbox
 from grader.autograde.diskwatch import EXCHANGE_BYTES, EXCHANGE_ENTRIES, FOLDER_ENTRIES
+from grader.autograde.ready import ReadyClient
 from grader.autograde.sandbox import Isolation
 from grader.autograde.template import TEMPLATE
 
@@ -40,6 +42,10 @@ class GradingKernelManager(AsyncKernelManager):
 
     launch_argv: list[str] = [sys.executable, _LAUNCH]
     owner: tuple[int, int] | None = None   # a kernel user must be able to read its connection file
+
+    @default("client_factory")
+    def _client_factory_default(self) -> type:
+        return ReadyClient  # ready without waiting 0.2 s for IOPub to fall silent (ready.py)
 
     @property
     def kernel_spec(self) -> KernelSpec:  # type: ignore[override]

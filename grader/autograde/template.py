@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from grader.autograde.kernel_side import IMPORTS
 from grader.autograde.sandbox import Isolation, matplotlib_folder, prepare_home
 
 ANSWER_SECONDS = 30  # a fork into a sandbox takes milliseconds; a template that takes this long is broken
@@ -76,7 +77,7 @@ def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: boo
         listener.bind(str(path))
         listener.listen(64)
         program = str(Path(isolation.launch).with_name("template_main.py"))
-        process = subprocess.Popen([sys.executable, program, str(listener.fileno())],
+        process = subprocess.Popen([sys.executable, program, str(listener.fileno()), *IMPORTS],
                                    env=template_env(env) | {"MPLCONFIGDIR": str(matplotlib_folder(home))},
                                    pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")

@@ -10,8 +10,10 @@ after the imports, in the same order (drop to its user, the seccomp filter, the 
 cap) before any notebook code runs. The child outside waits for it and ends with it.
 
 Run by file path from the public grader's folder, outside any sandbox (it must be able to enter one): standard
-library, torch, ipykernel and matplotlib only, never `grader`, so that nothing of the grading process is in the
-memory a kernel inherits. Its environment is a kernel's, without what differs per notebook.
+library, torch, ipykernel, matplotlib and the public grader's modules that every kernel's set-up imports (named on
+its command line: kernel_side.IMPORTS), from this folder only (`import_public` checks), so that nothing of the
+grading process is in the memory a kernel inherits. Its environment is a kernel's, without what differs per
+notebook.
 """
 import ctypes
 import json
@@ -147,6 +149,20 @@ def serve(listener: socket.socket) -> None:
             sock.send(json.dumps(answer).encode())
 
 
+def import_public(names: list[str], folder: str) -> None:
+    """Import `names`; refuse to serve (SystemExit: kernels then start through launch.py) if any `grader` module
+    came from anywhere but the public grader in `folder`, the copy the release ships (no hidden checks)."""
+    import importlib
+
+    for name in names:
+        importlib.import_module(name)
+    public = os.path.join(folder, "grader", "")
+    wrong = sorted(n for n, m in sys.modules.items() if n.split(".")[0] == "grader"
+                   and not (getattr(m, "__file__", None) or "").startswith(public))
+    if wrong:
+        raise SystemExit(f"grader modules from outside the public grader {public}: {', '.join(wrong[:5])}")
+
+
 def _reap() -> None:
     while True:
         try:
@@ -170,5 +186,8 @@ if __name__ == "__main__":
     # What every chapter's first cell imports: half a CPU-second per kernel. Its font list and settings come from
     # the folder template.py gave (MPLCONFIGDIR: the font list alone, no matplotlibrc), as a kernel's fresh home.
     import matplotlib.pyplot  # noqa: F401,E402
+    # The public grader, as set-up imports it in each kernel (a tenth of a CPU-second); set-up then registers
+    # `%%needs` in the kernel's shell, which does not exist here.
+    import_public(sys.argv[2:], here)
 
     serve(socket.socket(fileno=int(sys.argv[1])))
