@@ -1,9 +1,10 @@
-"""When a started grading kernel is ready: it answered a kernel_info request, and IOPub brought that request's
-`idle` status, so the subscription is live and nothing the kernel sent before can still be on its way.
+"""When a started grading kernel is ready: it answered kernel_info, and IOPub brought the `idle` status of the last
+kernel_info request sent, so the subscription is live and nothing the kernel sent before can still be on its way
+(each request is answered in turn; the shell's reply to the last one is read too).
 
 jupyter_client's own wait ends by reading IOPub until 0.2 s pass without a message: 0.2 s of every notebook's
-start spent idle, a tenth of what grading a notebook costs. The idle status of the answered request says the same
-without waiting for silence.
+start spent idle, a tenth of what grading a notebook costs. The last request's idle status says the same without
+waiting for silence.
 """
 from __future__ import annotations
 
