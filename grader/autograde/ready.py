@@ -14,7 +14,7 @@ from queue import Empty
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.utils import ensure_async
 
-# How long IOPub may stay silent while the answered request's status is awaited before the request is sent again
+# How long IOPub may stay silent while the last request's status is awaited before a request is sent again
 # (a subscription made after the kernel published is the case jupyter_client's own wait retries on, after 0.2 s).
 IOPUB_PATIENCE = 0.2
 
