@@ -205,7 +205,7 @@ class Bridge:
 
     def setup(self) -> Outcome:
         self.kernel.call(_INSTALL, 60)
-        outcome, reply = self.request("setup", {"imports": list(kernel_side.IMPORTS), "protected": list(PROTECTED),
+        outcome, reply = self.request("setup", {"protected": list(PROTECTED),
                                                 "forbidden": list(self.forbidden), "scenarios": scenario_sources()},
                                       120)
         self._tampered(reply, names=True)

@@ -73,11 +73,10 @@ def setup(request):
     here = [p for p in sys.path if p in ("", ".", os.getcwd())]
     sys.path[:] = [p for p in sys.path if p not in here]
     try:
-        for name in request["imports"]:
+        for name in IMPORTS:
             __import__(name)
-        needs = sys.modules.get("grader.needs")
-        if needs is not None:  # imported by the template, before this kernel's IPython ran: `%%needs` now
-            needs.register()
+        # The template imported the grader before this kernel's IPython existed, so `%%needs` is registered now
+        sys.modules["grader.needs"].register()
         for dotted in request.get("forbidden", ()):
             _resolve(dotted)  # imports what holds it now, not inside a check's time (guard.resolve)
     finally:
