@@ -654,6 +654,27 @@ def test_transformer_oracles_agree():
     assert transformer_parts(*shape)["total"] == 1_160_706_321_809_408
 
 
+def test_the_counted_oracle_is_counted_once_and_leaves_the_checks_draws_alone(monkeypatch):
+    """counted_transformer counts each shape once per process (a worker grades every student at the same shapes),
+    hands out copies, and leaves torch's generator where it was, counted or remembered: the draws after it, and so a
+    student's grade, do not depend on who was graded before. Caught: a cache keyed without an option (fused and
+    unfused would share counts), a shared dict a caller could change, a first count that moves the generator."""
+    from grader.exercises.flops import counted_transformer
+    monkeypatch.setattr(counted_transformer, "answers", {})
+    torch.manual_seed(7)
+    first = counted_transformer(1, 6, 3, 7, 10, 4)
+    after_counting = torch.rand(3)
+    torch.manual_seed(7)
+    again = counted_transformer(1, 6, 3, 7, 10, 4)
+    assert torch.equal(torch.rand(3), after_counting) and again == first and len(counted_transformer.answers) == 1
+    again["total"] = 0
+    assert counted_transformer(1, 6, 3, 7, 10, 4)["total"] == 2688
+    fused = counted_transformer(1, 6, 3, 7, 10, 4, fused=True)
+    gqa = counted_transformer(2, 8, 4, 7, 10, 4, n_kv_heads=2)
+    assert len(counted_transformer.answers) == 3 and gqa["kv"] < counted_transformer(2, 8, 4, 7, 10, 4)["kv"]
+    assert fused["total"] == first["total"] and len(counted_transformer.answers) == 4
+
+
 def test_transformer_stub_is_not_implemented():
     def transformer_flops(n_layers, d_model, n_heads, d_ff, vocab_size, seq_len, *, n_kv_heads=None, swiglu=False,
                           count_masked=True, logits=True):

@@ -25,6 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, describe, expect, expect_equal, expect_int,
                            factor_hint, fail)
 from grader.inputs import randint
+from grader.oracle import once_per_process
 from grader.registry import exercise
 
 _Counter = FlopCounterMode  # torch's own FLOP counter: the oracle for matmul_flops, mlp_flops, transformer_flops
@@ -373,6 +374,7 @@ def _module_flops(counts: dict, suffixes: tuple[str, ...]) -> int:
     return sum(sum(ops.values()) for name, ops in counts.items() if name.endswith(suffixes))
 
 
+@once_per_process
 def counted_transformer(n_layers: int, d_model: int, n_heads: int, d_ff: int, vocab: int, seq: int, *,
                         fused: bool = False, bias: bool = True, tied: bool = False, device: str = "cpu",
                         **options: Any) -> dict[str, int]:

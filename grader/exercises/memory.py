@@ -28,6 +28,7 @@ from grader.course.memtrack import track_memory as _track_memory
 from grader.expect import (CheckFailure, call, describe, expect, expect_equal, expect_raises, expect_tensor,
                            expect_tensor_like, expect_type, factor_hint, fail)
 from grader.inputs import randint
+from grader.oracle import once_per_process
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import memory as scenarios
@@ -749,6 +750,7 @@ def _storage_bytes(tensors) -> int:
     return sum(t.untyped_storage().nbytes() for t in tensors)
 
 
+@once_per_process
 def measured_step(n_layers: int, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, vocab_size: int,
                   checkpointing: bool = False, device: str = "cpu") -> dict[str, int]:
     """One steady-state training step of the real _GPT, measured on the CPU: bfloat16 weights and gradients, AdamW on

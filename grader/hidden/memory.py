@@ -280,14 +280,28 @@ def peak_parts(num_params: int, n_layers: int, batch: int, seq: int, d_model: in
 def random_measured_steps(training_peak_bytes):
     """random GPTs trained one step and measured, with and without checkpointing, for the CPU's rule and CUDA's"""
     for _ in range(3):
+        args, want, checkpointing, device = agreeing_measured_case()
+        expect_peak(training_peak_bytes, args, want, checkpointing, device)
+
+
+def agreeing_measured_case(tries: int = 20) -> tuple[tuple, dict[str, int], bool, str]:
+    """A random small GPT whose measured step peaks at one of the exercise's two moments. In about one small GPT in
+    seventy (d_model 15, 4 tokens, say) the backward pass peaks in between, gradients of the vocabulary-sized
+    weights made while most activations still live, above both moments: the exercise's rule does not describe
+    that step, so it cannot judge an answer, and another size is drawn."""
+    for _ in range(tries):
         heads = randint(1, 3)
         size = (randint(1, 3), randint(2, 3), randint(4, 10), heads * randint(2, 5), heads, randint(8, 40))
         checkpointing = randint(0, 1) == 1
         device = _devices()
         args, want = measured_case(*size, randint(400, 700), checkpointing, device)
         reference = peak_parts(*args, checkpointing, device)
-        assert all(want[k] == reference[k] for k in reference), f"the grader's references disagree on {args}"
-        expect_peak(training_peak_bytes, args, want, checkpointing, device)
+        if all(want[k] == reference[k] for k in reference if k != "peak"):
+            if want["peak"] == reference["peak"]:
+                return args, want, checkpointing, device
+        else:
+            raise AssertionError(f"the grader's references disagree on {args}: {want} measured, {reference} counted")
+    raise AssertionError(f"{tries} random GPTs in a row peaked between the exercise's two moments")
 
 
 @TRAINING_PEAK_BYTES.hidden
