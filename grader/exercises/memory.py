@@ -511,6 +511,7 @@ def recorded(model: torch.nn.Module, x: torch.Tensor) -> tuple[dict, set[int]]:
     return saved, _stats_storages(out)
 
 
+@once_per_process
 def saved_bytes(block: str, batch: int, seq: int, d_model: int, n_heads: int, d_ff: int, dtype: torch.dtype,
                 device: str = "cpu", *, fused: bool = False) -> dict[str, int]:
     """What autograd saves for backward in one forward pass of the real block on a (batch, seq, d_model) input that
@@ -964,6 +965,7 @@ class _CachedDecoder(_Module):
         return self.unembed(x)
 
 
+@once_per_process
 def measured_cache(n_layers: int, n_heads: int, n_kv_heads: int, head_dim: int, context: int, batch: int,
                    dtype: torch.dtype) -> int:
     """Bytes a real _CachedDecoder holds after generating `context` tokens one at a time (grader.course.memtrack: the
