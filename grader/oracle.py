@@ -1,6 +1,6 @@
 """Oracles worked out once per process: a grading worker checks every student at the same public and hidden
-inputs, and an oracle that builds and runs a model for them (FlopCounterMode's counts, a measured training step)
-gives the same answer each time."""
+inputs, and an oracle that builds and runs a model for them (chapter 04's FlopCounterMode counts, chapter 03's
+saved tensors, measured training step and KV cache) gives the same answer each time."""
 from __future__ import annotations
 
 import copy
