@@ -392,7 +392,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         # starting for two notebooks or more.
         with template.serving(isolation, _kernel_env(limits, isolation), scratch_root,
                               wanted=len(run.pending) >= 2) as kernel_template:
-            pool = _pool(workers, start_method(), limits, isolation, kernel_template) if run.pending else None
+            pool = (_pool(workers, start_method(), limits, isolation, kernel_template,
+                           {t.chapter for t in run.pending}) if run.pending else None)
             if class_report:
                 charts.prepare()  # the class report's drawing, imported while the workers wait for the template
             with Progress(*_COLUMNS, console=console, transient=False) as progress:
@@ -425,7 +426,7 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
     tries: dict[int, int] = {}
     while queue:
         # A replacement pool is spawned: forking now would copy the progress bar's thread mid-flight.
-        pool = pool or _pool(workers, "spawn", limits, isolation, kernel_template)
+        pool = pool or _pool(workers, "spawn", limits, isolation, kernel_template, {t.chapter for t in queue})
         with pool:
             running: dict[Future, Task] = {}
             broken = False
@@ -467,6 +468,16 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
 # (sandbox.prepare_home). The checks touch CUDA (importing torch.utils.benchmark asks whether it is available),
 # so under a forkserver each worker imports them itself.
 _PRELOAD = ["torch", "torch.fx.experimental.symbolic_shapes", "matplotlib.font_manager"]
+# torch._dynamo too, where the run grades a chapter whose checks import it in the worker (its first torch.optim
+# optimizer or FlopCounterMode: 1.4 CPU-seconds in each worker otherwise, 21 s of a 16-worker run); a run of other
+# chapters alone (the chapter 01 assignment, say) would pay it for nothing. Measured: grading each chapter's
+# solution with this left out, only these chapters' workers imported it (docs/measurements.md).
+_DYNAMO_CHAPTERS = frozenset({"02_dtypes", "03_memory", "04_flops", "05_autograd", "10_ddp"})
+
+
+def preload(chapters: set[str]) -> list[str]:
+    """What the workers of a run grading `chapters` start with."""
+    return _PRELOAD + (["torch._dynamo"] if chapters & _DYNAMO_CHAPTERS else [])
 
 
 def start_method() -> str:
@@ -482,15 +493,15 @@ def start_method() -> str:
     return "forkserver" if torch.backends.cuda.is_built() else "fork"
 
 
-def _pool(workers: int, method: str, limits: Limits, isolation: Isolation,
-          kernel_template: Path | None) -> ProcessPoolExecutor:
-    """Worker processes, started at once (a forked pool before any other thread exists), connected to the run's
-    kernel template if there is one."""
+def _pool(workers: int, method: str, limits: Limits, isolation: Isolation, kernel_template: Path | None,
+          chapters: set[str]) -> ProcessPoolExecutor:
+    """Worker processes for grading `chapters`, started at once (a forked pool before any other thread exists),
+    connected to the run's kernel template if there is one."""
     ctx = get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts, at the first pool
+        ctx.set_forkserver_preload(preload(chapters))  # takes effect when the server starts, at the first pool
     elif method == "fork":
-        for name in _PRELOAD:
+        for name in preload(chapters):
             importlib.import_module(name)
     pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_worker_init,
                                initargs=(dict(os.environ), os.getcwd(), limits, isolation, kernel_template))
