@@ -781,6 +781,28 @@ def test_the_forbidden_functions_are_back_after_a_check():
     assert nn.init.xavier_normal_(torch.empty(4, 4)).isfinite().all()
 
 
+def exact_ks_distance(u: torch.Tensor) -> float:
+    """The Kolmogorov-Smirnov distance to the uniform distribution from the sorted sample (the textbook formula)."""
+    u = u.double().sort().values
+    m = u.numel()
+    steps = torch.arange(1, m + 1, dtype=torch.float64) / m
+    return float(torch.maximum(steps - u, u - (steps - 1 / m)).max())
+
+
+@pytest.mark.parametrize("draw", ["uniform", "squared", "grid of 7", "two spikes", "uniform, few"])
+def test_the_ks_distance_read_at_points_is_within_a_gap_below_the_exact_one(draw):
+    """The uniformity check reads the distance from a histogram: never above the exact D (so a uniform sample fails
+    no more often than with D), never more than 1 / KS_POINTS below it (so a non-uniform one is caught alike)."""
+    from grader.exercises.initialization import KS_POINTS, ks_distance
+
+    g = torch.Generator().manual_seed(len(draw))
+    u = torch.rand(250_000 if draw != "uniform, few" else 150, generator=g, dtype=torch.float64)
+    u = {"squared": u**2, "grid of 7": (u * 7).floor() / 6,
+         "two spikes": torch.where(u < 0.5, torch.full_like(u, 0.3), torch.full_like(u, 1.0))}.get(draw, u)
+    exact = exact_ks_distance(u)
+    assert exact - 1 / KS_POINTS - 1e-12 <= ks_distance(u) <= exact + 1e-12  # "two spikes" meets the lower bound
+
+
 # ---------------------------------------------------------------- requirements the text states, checked publicly
 
 def _xavier_gain_renamed(fan_in, fan_out, g=1.0):
