@@ -52,9 +52,9 @@ def probe(method: str, *chapters: str) -> tuple[list[str], bool]:
 
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
 def test_a_worker_starts_with_what_each_notebook_imports(method):
-    """Caught: sympy (imported by torch's first backward()), torch._dynamo (by the first torch.optim optimizer: 1.4
-    CPU-seconds here) and matplotlib (for the font list) imported in every worker, before its first notebook: 15
-    seconds of a 16-worker run for the first two alone."""
+    """Caught: sympy (imported by torch's first backward()) and matplotlib (for the font list) imported in every
+    worker, about a second of CPU each, before its first notebook: 15 seconds of a 16-worker run; and torch._dynamo
+    (by the first torch.optim optimizer: 1.4 CPU-seconds here) imported in every worker again."""
     imported, _ = probe(method, "01_tensors", "05_autograd")
     assert not {"sympy", "matplotlib", "torch._dynamo"} & set(imported), imported
 

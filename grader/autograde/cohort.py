@@ -469,8 +469,8 @@ def _execute(tasks: list[Task], pool: ProcessPoolExecutor | None, workers: int, 
 # so under a forkserver each worker imports them itself.
 _PRELOAD = ["torch", "torch.fx.experimental.symbolic_shapes", "matplotlib.font_manager"]
 # torch._dynamo too, where the run grades a chapter whose checks import it in the worker (its first torch.optim
-# optimizer or FlopCounterMode: 1.4 CPU-seconds in each worker otherwise, 21 s of a 16-worker run); a run of other
-# chapters alone (the chapter 01 assignment, say) would pay it for nothing. Measured: grading each chapter's
+# optimizer or FlopCounterMode: 1.4 CPU-seconds in each worker otherwise); a run of other chapters alone (the
+# chapter 01 assignment, say) would pay it for nothing. Measured: grading each chapter's
 # solution with this left out, only these chapters' workers imported it (docs/measurements.md).
 _DYNAMO_CHAPTERS = frozenset({"02_dtypes", "03_memory", "04_flops", "05_autograd", "10_ddp"})
 
