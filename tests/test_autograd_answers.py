@@ -642,6 +642,70 @@ def accumulate_zero_after(model, loss_fn, micro_batches, optimizer):
     optimizer.zero_grad()
 
 
+def accumulate_one_backward(model, loss_fn, micro_batches, optimizer):
+    """The right step from one backward of the summed losses: one forward per micro-batch, but every micro-batch's
+    activations alive at once, as in the big batch accumulation exists to avoid."""
+    optimizer.zero_grad()
+    (sum(loss_fn(model(x), y) for x, y in micro_batches) / len(micro_batches)).backward()
+    optimizer.step()
+
+
+def accumulate_forwards_first(model, loss_fn, micro_batches, optimizer):
+    """Every forward first, then each loss's backward: the same activations alive at once."""
+    optimizer.zero_grad()
+    losses = [loss_fn(model(x), y) / len(micro_batches) for x, y in micro_batches]
+    for loss in losses:
+        loss.backward()
+    optimizer.step()
+
+
+def jacobian_on_the_callers_x(f, x):
+    """The right Jacobian, built on the caller's x itself: x left requiring grad, with a .grad."""
+    x.requires_grad_()
+    y = f(x)
+    rows = []
+    for i in range(y.numel()):
+        x.grad = None
+        y.reshape(-1)[i].backward(retain_graph=True)
+        rows.append(x.grad.clone())
+    return torch.stack(rows).reshape(y.shape + x.shape).detach()
+
+
+class SiLUAtenBackwardFirstOrder(torch.autograd.Function):
+    """The formula where a second derivative is taken (gradgradcheck), the library's derivative everywhere else."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            s = torch.sigmoid(x)
+            return g * s * (1 + x * (1 - s))
+        return torch.ops.aten.silu_backward(g, x)
+
+
+_SCRIPTED_SILU = torch.jit.script(torch.nn.SiLU())  # TorchScript calls aten's silu from C++, never through Python
+
+
+class SiLUScripted(SiLUAtenBackwardFirstOrder):
+    """The library's SiLU in forward through a TorchScript module; the derivative's formula in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _SCRIPTED_SILU(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return g * s * (1 + x * (1 - s))
+
+
 # ---- issue 26: a forbidden job done under another name, or a stated method skipped
 
 ENGINE = torch.autograd.Variable._execution_engine  # what torch.autograd.grad and .backward call
@@ -941,6 +1005,7 @@ WRONG = [
     W("jacobian", jacobian_vmap, "made_of_vjps", "ran 1 backward pass(es) (batched"),
     W("jacobian", jacobian_two_batches, "made_of_vjps", "ran 2 backward pass(es) (batched"),
     W("jacobian", jacobian_private_jacrev, "square_is_diagonal", "not call torch.func.jacrev"),
+    W("jacobian", jacobian_on_the_callers_x, "made_of_vjps", "left a gradient in x.grad"),
     # gradient_norm_penalty: no create_graph, the squared norm, one norm per parameter, .backward() into .grad
     W("gradient_norm_penalty", penalty_no_graph, "small_regression", "create_graph=True"),
     W("gradient_norm_penalty", penalty_squared, "small_regression", "the *squared* norm"),
@@ -968,8 +1033,13 @@ WRONG = [
     W("silu", (SiLUModule, _applies(SiLUModule)), "forward_and_backward", "not call torch.nn.functional.silu"),
     W("silu", (SiLUCore, _applies(SiLUCore)), "forward_and_backward", "not call torch._C._nn.silu"),
     W("silu", (SiLUAten, _applies(SiLUAten)), "forward_and_backward", "not call torch.ops.aten.silu"),
-    W("silu", (SiLUAtenBackward, _applies(SiLUAtenBackward)), "second_derivative",
-      "calls torch.ops.aten.silu_backward"),
+    W("silu", (SiLUAtenBackward, _applies(SiLUAtenBackward)), "backward_is_your_own",
+      "not call torch.ops.aten.silu_backward"),
+    # ... where only a second derivative would have shown it, and from C++ (TorchScript): the checks watch every
+    # aten operator the scenario runs
+    W("silu", (SiLUAtenBackwardFirstOrder, _applies(SiLUAtenBackwardFirstOrder)), "backward_is_your_own",
+      "not call torch.ops.aten.silu_backward"),
+    W("silu", (SiLUScripted, _applies(SiLUScripted)), "forward_and_backward", "not call torch.ops.aten.silu"),
     # accumulate_step: no division by the number of micro-batches, a step per micro-batch, stale gradients,
     # zeroing between micro-batches
     W("accumulate_step", accumulate_no_divide, "four_micro_batches_sgd", "divide each micro-batch's loss"),
@@ -979,6 +1049,11 @@ WRONG = [
     W("accumulate_step", accumulate_by_rows, "four_micro_batches_sgd", "against one step on the concatenated batch"),
     W("accumulate_step", accumulate_concatenated, "four_micro_batches_sgd", "run it on one micro-batch"),
     W("accumulate_step", accumulate_zero_after, "four_micro_batches_sgd", "after the step, 0.weight.grad is None"),
+    # the right step with every micro-batch's activations alive at once: a backward before each next forward
+    W("accumulate_step", accumulate_one_backward, "four_micro_batches_sgd",
+      "ran micro-batch 2's forward before backpropagating micro-batch 1's loss"),
+    W("accumulate_step", accumulate_forwards_first, "adam_too",
+      "ran micro-batch 2's forward before backpropagating micro-batch 1's loss"),
     # penalty_step_flops: a pass left out or mispriced, each told what it counted
     W("penalty_step_flops", psf_no_second_backward, "one_hidden_layer", "second backward pass is missing"),
     W("penalty_step_flops", psf_first_backward_once, "one_hidden_layer", "that is one plain backward"),
@@ -1115,6 +1190,32 @@ def grad_engine(x, w, target):
     w = w.detach().requires_grad_()
     loss = 0.5 * ((x @ w - target) ** 2).sum()
     return ENGINE.run_backward((loss,), (torch.ones_like(loss),), False, False, (w,), False)[0]
+def accumulate_scaled(model, loss_fn, micro_batches, optimizer):
+    optimizer.zero_grad()
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+def accumulate_one_backward(model, loss_fn, micro_batches, optimizer):
+    optimizer.zero_grad()
+    (sum(loss_fn(model(x), y) for x, y in micro_batches) / len(micro_batches)).backward()
+    optimizer.step()
+_SCRIPTED = torch.jit.script(torch.nn.SiLU())
+class SiLUOwn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return g * s * (1 + x * (1 - s))
+class SiLUScripted(SiLUOwn):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _SCRIPTED(x)
+silu_own, silu_scripted = SiLUOwn.apply, SiLUScripted.apply
 '''
 
 
@@ -1128,13 +1229,17 @@ IN_A_KERNEL = [
     ("linear_loss_grad", "grad_engine", "not call torch.autograd.Variable._execution_engine.run_backward"),
     ("vjp", "vjp_ok", ""), ("vjp", "vjp_borrows_x", "wrote into the caller's x"),
     ("jacobian", "jacobian_rows", ""), ("jacobian", "jacobian_batched", "ran 1 backward pass(es) (batched"),
+    ("accumulate_step", "accumulate_scaled", ""),
+    ("accumulate_step", "accumulate_one_backward", "ran micro-batch 2's forward before backpropagating"),
+    ("silu", "SiLUOwn,silu_own", ""), ("silu", "SiLUScripted,silu_scripted", "not call torch.ops.aten.silu"),
 ]
 
 
-@pytest.mark.parametrize("exercise,name,caught", IN_A_KERNEL, ids=[name for _, name, _ in IN_A_KERNEL])
+@pytest.mark.parametrize("exercise,name,caught", IN_A_KERNEL, ids=[name.split(",")[0] for _, name, _ in IN_A_KERNEL])
 def test_graded_in_a_kernel(kernel_bridge, exercise, name, caught):
-    """Issue 26's cases where grading runs them: the engine refused by the kernel's guard, and the traces of vjp's
-    and jacobian's scenarios recorded in the kernel and judged here; the right answers pass every check there."""
+    """Issue 26's cases where grading runs them: the engine refused by the kernel's guard, and the traces of vjp's,
+    jacobian's and SiLU's scenarios and accumulate_step's hooks recorded in the kernel and judged here; the right
+    answers pass every check there. `name`: the kernel's names of the exercise's objects, comma-separated."""
     from grader import registry
     from grader.autograde.bridge import RemoteFunction
     from grader.runner import run_check
@@ -1143,7 +1248,7 @@ def test_graded_in_a_kernel(kernel_bridge, exercise, name, caught):
     results = []
     for check in ex.checks:
         kernel_bridge.limit, kernel_bridge.deadline = 20, None
-        r = run_check(ex, check, (RemoteFunction(kernel_bridge, name, ex),), timeout=None)
+        r = run_check(ex, check, tuple(RemoteFunction(kernel_bridge, n, ex) for n in name.split(",")), timeout=None)
         results.append((check.name, r.status, r.message))
     if not caught:
         assert all(status == "passed" for _, status, _ in results), results

@@ -25,6 +25,7 @@ _gradgradcheck = torch.autograd.gradgradcheck
 _saved_tensors_hooks = torch.autograd.graph.saved_tensors_hooks
 _named_parameters = torch.nn.Module.named_parameters
 _register_forward_pre_hook = torch.nn.Module.register_forward_pre_hook
+_register_hook = torch.Tensor.register_hook
 _register_step_post_hook = torch.optim.Optimizer.register_step_post_hook
 _Sequential = torch.nn.Sequential
 _equal = torch.equal
@@ -130,12 +131,14 @@ def vjp_report(vjp, name, x, v):
 
 
 def jacobian_report(jacobian, name, x):
-    """The student's jacobian(f, x) for the named f, and how many backward passes through f it made."""
+    """The student's jacobian(f, x) for the named f, how many backward passes through f it made, and the x it was
+    handed afterwards (its values, .grad and requires_grad)."""
     f, counter = _counted(name)
     x_in = x.clone()
     out = jacobian(f, x_in)
     report = {"jacobian": out, "backward_calls": counter.backward, "batched_calls": counter.batched,
-              "x_unchanged": bool(_equal(x_in.detach(), x))}
+              "x_unchanged": bool(_equal(x_in.detach(), x)), "x_grad": x_in.grad,
+              "x_requires_grad": bool(x_in.requires_grad)}
     del f, out, x_in
     return report
 
@@ -241,19 +244,27 @@ def _rows(args):
 
 def accumulate_report(accumulate_step, spec, seed, dtype, loss_name, optimizer_name, lr, micro_batches, stale):
     """One call of the student's accumulate_step on a model and optimizer built here: the parameters and
-    gradients afterwards, the rows each forward pass of the model saw, and how many optimizer steps it took."""
+    gradients afterwards, the rows each forward pass of the model saw and how many backward passes had reached the
+    model before it, and how many optimizer steps it took."""
     model = _model(spec, seed, dtype)
     params = dict(_named_parameters(model))
     optimizer = _OPTIMIZERS[optimizer_name](list(params.values()), lr=lr)
     if stale:  # gradients left over from something else: the step must not include them
         for p in params.values():
             p.grad = _full_like(p, 100.0)
-    rows, steps = [], []
-    _register_forward_pre_hook(model, lambda module, args: rows.append(_rows(args)))
+    rows, steps, backwards, before = [], [], [], []
+
+    def forward(module, args):
+        rows.append(_rows(args))
+        before.append(len(backwards))
+
+    _register_forward_pre_hook(model, forward)
     _register_step_post_hook(optimizer, lambda opt, args, kwargs: steps.append(1))
+    first = next(iter(params.values()))  # the first layer's weight: every backward pass through the model ends there
+    _register_hook(first, lambda grad: backwards.append(1))
     accumulate_step(model, _LOSSES[loss_name], list(micro_batches), optimizer)
     report = {"parameters": {n: p.detach().clone() for n, p in params.items()},
               "grads": {n: None if p.grad is None else p.grad.detach().clone() for n, p in params.items()},
-              "forward_rows": rows, "steps": len(steps)}
+              "forward_rows": rows, "steps": len(steps), "backwards_before_forward": before}
     del model, params, optimizer
     return report
