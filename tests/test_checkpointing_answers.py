@@ -221,7 +221,7 @@ def interval_sqrt(save_seconds, mtbf_seconds):
 
 def interval_by_bisection(save_seconds, mtbf_seconds):
     """Where the waste's slope, -C/T^2 + 1/(2M), turns positive, found by bisection on T (no closed form)."""
-    if min(save_seconds, mtbf_seconds) <= 0:
+    if not all(t > 0 for t in (save_seconds, mtbf_seconds)):  # NaN > 0 is False: refused too
         raise ValueError("save_seconds and mtbf_seconds must be > 0")
     lo, hi = 0.0, 2.0 * (save_seconds + mtbf_seconds)
     for _ in range(400):
@@ -233,7 +233,7 @@ def interval_by_bisection(save_seconds, mtbf_seconds):
 
 
 def interval_powers(save_seconds: float, mtbf_seconds: float) -> float:
-    if save_seconds <= 0 or mtbf_seconds <= 0:
+    if math.isnan(save_seconds) or math.isnan(mtbf_seconds) or save_seconds <= 0 or mtbf_seconds <= 0:
         raise ValueError("non-positive time")
     return float((2.0 * save_seconds) ** 0.5 * mtbf_seconds ** 0.5)
 
@@ -998,6 +998,20 @@ def interval_unchecked(save_seconds, mtbf_seconds):
     return math.sqrt(2 * abs(save_seconds) * abs(mtbf_seconds))
 
 
+def interval_lets_nan_through(save_seconds, mtbf_seconds):
+    """NaN <= 0 is False: a NaN time passes the test and the interval is nan."""
+    if save_seconds <= 0 or mtbf_seconds <= 0:
+        raise ValueError("times must be positive")
+    return math.sqrt(2 * save_seconds * mtbf_seconds)
+
+
+def interval_min_guard(save_seconds, mtbf_seconds):
+    """min(s, m) with a NaN is NaN or the other time (NaN compares false), and NaN <= 0 is False: NaN gets through."""
+    if min(save_seconds, mtbf_seconds) <= 0:
+        raise ValueError("times must be positive")
+    return math.sqrt(2 * save_seconds * mtbf_seconds)
+
+
 W = Wrong
 WRONG = [
     # AdaGrad
@@ -1076,6 +1090,10 @@ WRONG = [
     W("checkpoint_interval", interval_rounded, "one_minute_save_one_failure_a_day",
       "rounded to whole seconds"),  # whole seconds
     W("checkpoint_interval", interval_tensor, "one_minute_save_one_failure_a_day", "return a Python float"),
+    # "raise ValueError unless both times are positive": NaN is not positive, though NaN <= 0 is False
+    W("checkpoint_interval", interval_lets_nan_through, "refuses_nan",
+      "should raise ValueError, but returned float nan"),
+    W("checkpoint_interval", interval_min_guard, "refuses_nan", "checkpoint_interval(nan, 3600.0) should raise"),
     # safe_load
     W("safe_load", safe_load_unsafe, "refuses_code", "ran the code hidden"),  # weights_only=False
     W("safe_load", safe_load_fallback, "refuses_code", "never fall back"),  # weights_only=False when True refuses

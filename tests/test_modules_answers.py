@@ -75,14 +75,14 @@ class SequentialReduce(nn.Module):
         return functools.reduce(lambda h, m: m(h), self._modules.values(), x)
 
 
-class SequentialNamedChildren(nn.Module):
+class SequentialSortedByInt(nn.Module):
     def __init__(self, *modules):
         super().__init__()
         self._modules.update({str(i): m for i, m in enumerate(modules)})
 
     def forward(self, x):
-        for _, m in sorted(self.named_children(), key=lambda item: int(item[0])):
-            x = m(x)
+        for name in sorted(self._modules, key=int):  # names compared as numbers: "10" after "9"
+            x = self._modules[name](x)
         return x
 
 
@@ -267,7 +267,7 @@ class QuadraticTransposed(nn.Module):
 
 
 CORRECT = [
-    ("MySequential", SequentialSetattr), ("MySequential", SequentialReduce), ("MySequential", SequentialNamedChildren),
+    ("MySequential", SequentialSetattr), ("MySequential", SequentialReduce), ("MySequential", SequentialSortedByInt),
     ("Concat", ConcatModuleList), ("Concat", ConcatModuleDict), ("Concat", ConcatAddModule),
     ("Cruncher", CruncherMultiDot), ("Cruncher", CruncherInitNormal),
     ("get_num_parameters", count_unique_set), ("get_num_parameters", count_by_identity),
@@ -360,6 +360,37 @@ class SequentialBrokenGetattr(SequentialSetattr):
 
     def __getattr__(self, name):
         return getattr(self, name)
+
+
+class SequentialNamedChildren(nn.Module):
+    """named_children() yields a module registered twice once: MySequential(layer, ReLU(), layer) runs it once."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        self._modules.update({str(i): m for i, m in enumerate(modules)})
+
+    def forward(self, x):
+        for _, m in sorted(self.named_children(), key=lambda item: int(item[0])):
+            x = m(x)
+        return x
+
+
+class SequentialChildren(SequentialSetattr):
+    """children() de-duplicates the same way."""
+
+    def forward(self, x):
+        for m in self.children():
+            x = m(x)
+        return x
+
+
+class SequentialSortedNames(SequentialSetattr):
+    """Names sorted as text: "10" comes before "2", so from 11 modules on the order is wrong."""
+
+    def forward(self, x):
+        for name in sorted(self._modules):
+            x = self._modules[name](x)
+        return x
 
 
 class SequentialForgotSuper(nn.Module):
@@ -765,6 +796,33 @@ def shapes_inputs(model, x):
     return shapes
 
 
+def shapes_in_eval(model, x):
+    """Switches the model to eval mode for the measurement, and leaves it there."""
+    model.eval()
+    shapes = {}
+    _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(name, tuple(out.shape)))
+    return shapes
+
+
+def shapes_in_train(model, x):
+    model.train()
+    shapes = {}
+    _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(name, tuple(out.shape)))
+    return shapes
+
+
+def shapes_restores_the_top_flag(model, x):
+    """Puts back the model's own flag only: model.train(was) sets every submodule to it, whatever each one was."""
+    was = model.training
+    model.eval()
+    try:
+        shapes = {}
+        _with_hooks(model, x, lambda name, mod, i, out: shapes.__setitem__(name, tuple(out.shape)))
+    finally:
+        model.train(was)
+    return shapes
+
+
 def shapes_global_hook_left(model, x):
     names = {id(m): name for name, m in model.named_modules() if name}
     shapes = {}
@@ -1094,6 +1152,11 @@ WRONG = [
     W("MySequential", SequentialBorrowedForward, "runs_the_modules_in_order",
       "takes forward = torch.nn.Sequential.forward"),
     W("MySequential", SequentialCall, "runs_the_modules_in_order", "replaces __call__"),
+    # children() / named_children() yield a module given twice once: nn.Sequential runs it twice
+    W("MySequential", SequentialNamedChildren, "a_module_given_twice", "object given twice"),
+    W("MySequential", SequentialChildren, "a_module_given_twice", "object given twice"),
+    # names sorted as text: "10" before "2"
+    W("MySequential", SequentialSortedNames, "eleven_modules_or_more", "12 modules"),
     # Concat
     W("Concat", ConcatComposed, "does_not_compose_the_nets", "net2(net1(x))"),
     W("Concat", ConcatDim0, "does_not_compose_the_nets", "concatenated along dim 0"),
@@ -1159,6 +1222,11 @@ WRONG = [
     W("activation_shapes", shapes_first_call, "shared_and_unused_modules", "['shared'] is (7, 5), expected (3, 5)"),
     W("activation_shapes", shapes_inputs, "nested_sequential", "['0'] is (5, 3), expected (5, 8)"),
     W("activation_shapes", shapes_global_hook_left, "hooks_are_removed", "global module hook(s) registered"),
+    # a function that inspects a model leaves every submodule's train/eval mode as the caller left it
+    W("activation_shapes", shapes_in_eval, "leaves_train_and_eval_mode_as_they_were", "(training -> eval)"),
+    W("activation_shapes", shapes_in_train, "leaves_train_and_eval_mode_as_they_were", "(eval -> training)"),
+    W("activation_shapes", shapes_restores_the_top_flag, "leaves_train_and_eval_mode_as_they_were",
+      "'1' (eval -> training)"),
     # Quadratic
     W("Quadratic", QuadraticData, "gradients_for_W_and_x", "no gradient reached it"),
     W("Quadratic", QuadraticBuffer, "parameter_W", "W is a buffer, not a parameter"),

@@ -99,9 +99,9 @@ def expect_grad(got, want: torch.Tensor, what: str, **tol) -> None:
 
 # ---------------------------------------------------------------- MySequential
 
-def reference_sequential(specs, x: torch.Tensor, g: torch.Tensor, seed: int) -> dict:
+def reference_sequential(specs, x: torch.Tensor, g: torch.Tensor, seed: int, repeats=()) -> dict:
     """torch's own nn.Sequential over the same modules: its parameter names, state_dict keys, output, grads."""
-    model = _Sequential(*common.build_all(specs, seed))
+    model = _Sequential(*scenarios.build_repeating(specs, seed, repeats))
     y = model(x)
     _backward([y], [g])
     return {"names": names(model.named_parameters()), "keys": list(model.state_dict()),
@@ -109,10 +109,13 @@ def reference_sequential(specs, x: torch.Tensor, g: torch.Tensor, seed: int) -> 
 
 
 def expect_sequential(MySequential, specs, x: torch.Tensor, how: str, seed: int = 0, *, structure: bool = True,
-                      values: bool = True, grads: bool = True) -> dict:
-    g = torch.randn(_Sequential(*common.build_all(specs, seed))(x).shape)
-    want = reference_sequential(specs, x, g, seed)
-    got = run_scenario(scenarios.sequential_report, MySequential, specs, x, g, seed, values or grads)
+                      values: bool = True, grads: bool = True, repeats=()) -> dict:
+    """MySequential(*modules) against nn.Sequential(*modules), the same modules (`repeats`: module j is module i for
+    each (j, i), one object given twice): names and keys (`structure`), output (`values`), gradients (`grads`)."""
+    g = torch.randn(_Sequential(*scenarios.build_repeating(specs, seed, repeats))(x).shape)
+    want = reference_sequential(specs, x, g, seed, repeats)
+    got = run_scenario(scenarios.sequential_report, MySequential, specs, x, g, seed, values or grads,
+                       repeats=[list(r) for r in repeats])
     what = f"MySequential({how})"
     expect(not got.get("sequentials_built"), f"{what} builds a torch.nn.Sequential of its modules, which does the "
                                              "whole job; register the modules yourself and run them in order in "

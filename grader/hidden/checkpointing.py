@@ -190,6 +190,14 @@ def refuses_zero_and_negative(checkpoint_interval):
         expect_raises(ValueError, lambda args=args: checkpoint_interval(*args), f"checkpoint_interval{args}")
 
 
+@CHECKPOINT_INTERVAL.hidden
+def refuses_nan(checkpoint_interval):
+    """a NaN save time or MTBF raises ValueError: NaN is not a positive number (and NaN <= 0 is False too)"""
+    nan = float("nan")
+    for args in [(nan, 3600.0), (60.0, nan), (nan, nan)]:
+        expect_raises(ValueError, lambda args=args: checkpoint_interval(*args), f"checkpoint_interval{args}")
+
+
 # ---------------------------------------------------------------- safe_load
 
 @SAFE_LOAD.hidden

@@ -10,7 +10,7 @@ from grader.exercises.modules import (ACTIVATION_SHAPES, CONCAT, CRUNCHER, GET_N
                                       expect_cruncher_structure, expect_empty_sequential, expect_independent_layers,
                                       expect_no_hooks, expect_normal_init, expect_quadratic, expect_quadratic_scale,
                                       expect_running_mean, expect_sequential, expect_shapes, loose, _Sequential)
-from grader.expect import expect, expect_tensor
+from grader.expect import expect, expect_tensor, fail
 from grader.inputs import randint
 from grader.scenario import run_scenario
 from grader.scenarios import common
@@ -92,6 +92,31 @@ def one_module(MySequential):
 def no_modules(MySequential):
     """MySequential() returns its input unchanged and has no parameters"""
     expect_empty_sequential(MySequential, torch.randn(3, 4))
+
+
+@MY_SEQUENTIAL.hidden
+def a_module_given_twice(MySequential):
+    """one module object given twice, (layer, Tanh(), layer): it runs twice, as in nn.Sequential"""
+    # children() and named_children() yield a module once however often it is registered: a forward that loops over
+    # them runs the layer once. The layers are square so that only the values tell.
+    dim = randint(2, 6)
+    specs = [["Linear", dim, dim], ["Tanh"], ["Linear", dim, dim]]
+    expect_sequential(MySequential, specs, torch.randn(randint(2, 6), dim),
+                      f"layer, Tanh(), layer: one Linear({dim}, {dim}) object given twice, which nn.Sequential runs "
+                      "twice (children() yields it once)", 8, repeats=[(2, 0)])
+    specs = [["Linear", dim, dim], ["ReLU"], ["Linear", dim, dim], ["Sigmoid"], ["Linear", dim, dim], ["Tanh"]]
+    expect_sequential(MySequential, specs, torch.randn(randint(2, 6), dim),
+                      "a, ReLU(), b, Sigmoid(), a, Tanh(): one object a given twice, around another layer b", 9,
+                      repeats=[(4, 0)])
+
+
+@MY_SEQUENTIAL.hidden
+def eleven_modules_or_more(MySequential):
+    """12 modules: they run in the order given, module 10 after module 9 (names sorted as text put "10" before "2")"""
+    dim = randint(2, 5)
+    specs = [["Linear", dim, dim] if i % 2 == 0 else [["Tanh"], ["Sigmoid"], ["GELU"]][i % 3] for i in range(12)]
+    expect_sequential(MySequential, specs, torch.randn(randint(2, 6), dim), f"12 modules, Linear({dim}, {dim}) "
+                      "and activations in turn; names sorted as text would run '10' right after '1'", 10)
 
 
 @MY_SEQUENTIAL.hidden
@@ -306,6 +331,41 @@ def random_nested_sequentials(activation_shapes):
         specs, _ = random_chain(dim, randint(1, 6))
         expect_reference_shapes(activation_shapes, "spec", [["Sequential", *specs]], torch.randn(randint(2, 5), dim),
                                 f"{len(specs)} random modules", seed)
+
+
+def expect_modes_kept(before: dict[str, bool], after: dict[str, bool], what: str) -> None:
+    """Every module's training flag (by qualified name, the model itself "") after the call as it was before."""
+    def mode(training) -> str:
+        return "training" if training else "eval"
+    changed = [name for name in before if after.get(name) != before[name]]
+    if changed:
+        shown = ", ".join(f"{repr(name) if name else 'the model itself'} ({mode(before[name])} -> "
+                          f"{mode(after.get(name))})" for name in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        fail(f"{what} changed the train/eval mode of {shown}{more}: a function that inspects a model must leave it "
+             "as the caller left it; run model(x) in whatever mode it is in (no model.eval() or model.train())")
+
+
+MODES_MODEL = ["Sequential", ["Linear", 3, 6], ["BatchNorm1d", 6], ["ReLU"], ["Sequential", ["Linear", 6, 6],
+                                                                             ["Dropout", 0.5]], ["Linear", 6, 2]]
+MODES_SHAPES_HOW = ("Sequential(Linear(3, 6), BatchNorm1d(6), ReLU(), Sequential(Linear(6, 6), Dropout(0.5)), "
+                    "Linear(6, 2))")
+
+
+@ACTIVATION_SHAPES.hidden
+def leaves_train_and_eval_mode_as_they_were(activation_shapes):
+    """the model in training mode, in eval mode, or mixed: afterwards every submodule is in the mode the caller left
+    it in (a function that inspects a model must not change it)"""
+    x = torch.randn(randint(2, 6), 3)
+    want = reference_activation_shapes(scenarios.build_model("spec", [MODES_MODEL], 0), x)
+    for training, eval_modules, how in [(True, [], "in training mode"), (False, [], "in eval mode"),
+                                        (True, ["1", "3.1"], "in training mode, its BatchNorm '1' and Dropout '3.1' "
+                                                             "in eval mode")]:
+        got = run_scenario(scenarios.shapes_report, activation_shapes, "spec", [MODES_MODEL], x, 0, training,
+                           eval_modules)
+        what = f"activation_shapes({MODES_SHAPES_HOW} {how}, x of shape {tuple(x.shape)})"
+        expect_shapes(got["shapes"], want, what)
+        expect_modes_kept(got["modes"]["before"], got["modes"]["after"], what)
 
 
 # ---------------------------------------------------------------- Quadratic

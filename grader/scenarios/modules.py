@@ -256,13 +256,23 @@ def borrowed_from_containers(cls):
     return found
 
 
-def sequential_report(MySequential, specs, x, g, seed, run=True):
+def build_repeating(specs, seed, repeats=()):
+    """common.build_all(specs, seed), then for each (j, i) in `repeats` module j replaced by module i: one module
+    object given twice, as in Sequential(layer, ReLU(), layer). Module j is built first and dropped, so every
+    other module draws the same numbers as without repeats."""
+    modules = common.build_all(specs, seed)
+    for j, i in repeats:
+        modules[j] = modules[i]
+    return modules
+
+
+def sequential_report(MySequential, specs, x, g, seed, run=True, repeats=()):
     """MySequential(*modules built from specs): description, output on x, gradients of (output * g).sum().
 
     Also whether each module given is one of its children (the very object), and its classes (MRO).
-    With run=False, the model is only built and described (no forward).
+    With run=False, the model is only built and described (no forward). `repeats`: see build_repeating.
     """
-    modules = common.build_all(specs, seed)
+    modules = build_repeating(specs, seed, repeats)
     # Every nn.Sequential that registers modules while the student's code runs: one built of the modules
     # given (in __init__ or in forward) does the whole job; a subclass of nn.Sequential is the model itself.
     built = set()
@@ -439,14 +449,28 @@ def running_mean_to_report(RunningMean, num_features):
 
 # ---------------------------------------------------------------- activation_shapes
 
-def shapes_report(activation_shapes, name, args, x, seed):
-    """activation_shapes(model, x) for the model MODELS[name](*args): its result, and the hooks left behind."""
+def _modes(model):
+    """Each module's training flag, by qualified name (the model itself as "")."""
+    return {name: bool(m.training) for name, m in _named_modules(model)}
+
+
+def shapes_report(activation_shapes, name, args, x, seed, training=None, eval_modules=()):
+    """activation_shapes(model, x) for the model MODELS[name](*args): its result, and the hooks left behind.
+
+    With `training` given, the model is first put in that mode (nn.Module.train), then the submodules named in
+    `eval_modules` in eval mode; `modes` are then every module's training flag before the call and after it."""
     model = build_model(name, args, seed)
+    if training is not None:
+        _train(model, training)
+        modules = dict(_named_modules(model))
+        for sub in eval_modules:
+            _train(modules[sub], False)
+    modes_before = _modes(model)
     global_before = global_hooks()
     saved = x.detach().clone()
     shapes = activation_shapes(model, x)
     report = {"shapes": shapes, "hooks": hooks_attached(model), "global_hooks": global_hooks() - global_before,
-              "input_unchanged": _unchanged(x, saved)}
+              "input_unchanged": _unchanged(x, saved), "modes": {"before": modes_before, "after": _modes(model)}}
     del model, shapes
     return report
 
