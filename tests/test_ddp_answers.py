@@ -18,7 +18,7 @@ from grader.course import distributed
 from grader.results import ERROR
 from grader.runner import run_exercise
 
-from tests.answers import Wrong, assert_caught, assert_passes, ids, passes_without_forbid
+from tests.answers import Wrong, assert_caught, assert_passes, failures, ids, passes_without_forbid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,6 +135,15 @@ def shard_modular(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0,
     order = list(range(num_samples))
     if shuffle:
         order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    per_rank = num_samples // world_size if drop_last else -(-num_samples // world_size)
+    return [order[i % num_samples] for i in range(rank, per_rank * world_size, world_size)]
+
+
+def shard_forked_global(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    """Seeds the global generator, but inside fork_rng, which puts its state back afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + epoch)
+        order = torch.randperm(num_samples).tolist() if shuffle else list(range(num_samples))
     per_rank = num_samples // world_size if drop_last else -(-num_samples // world_size)
     return [order[i % num_samples] for i in range(rank, per_rank * world_size, world_size)]
 
@@ -466,6 +475,7 @@ CORRECT = [
     ("shard_indices", shard_cycle),
     ("average_gradients", average_bucketed), ("average_gradients", average_divide_first),
     ("average_gradients", average_async_then_divide), ("shard_indices", shard_modular),
+    ("shard_indices", shard_forked_global),
     ("pipeline_bubble", bubble_share_of_slots), ("pipeline_bubble", bubble_fraction),
     ("parallel_layout", layout_by_times),
 ]
@@ -539,6 +549,16 @@ def ring_reduce(tensors):
     return [total.clone() for _ in tensors]
 
 
+def zero_floor(num_params, world_size, stage, param_bytes=2, grad_bytes=2, optimizer_bytes=12):
+    """Shards with //: whole bytes, off by less than one from the float the exercise asks for."""
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(stage)
+    out = {"params": num_params * param_bytes // (world_size if stage >= 3 else 1),
+           "grads": num_params * grad_bytes // (world_size if stage >= 2 else 1),
+           "optimizer_state": num_params * optimizer_bytes // (world_size if stage >= 1 else 1)}
+    return {**out, "total": sum(out.values())}
+
+
 def zero_wrong(params_from=3, grads_from=2, state_from=1, divide=lambda n: n, state_bytes=None, total=None,
                check_stage=True):
     """zero_memory with one thing changed: the stage from which each part is sharded, the divisor, the default
@@ -574,7 +594,21 @@ ZERO_WRONG = [  # each mistake fails a public check whose message says which rul
     W("zero_memory", lambda num_params, world_size, stage, *a, **k: zero_wrong()(num_params, world_size, stage),
       "other_byte_counts", "yours counts 2 bytes per parameter, the default"),  # bytes arguments ignored
     W("zero_memory", zero_wrong(check_stage=False), "unknown_stage", "should raise ValueError"),  # any stage accepted
+    # // instead of /: whole bytes, a fraction of a byte off (the public checks' sizes all divide evenly)
+    W("zero_memory", zero_floor, "zero_random_sizes", "yours is rounded to a whole number of bytes"),
 ]
+
+
+def shard_global_seed(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
+    """The right indices, from torch's global generator: every call resets it for the rest of the program."""
+    if shuffle:
+        torch.manual_seed(seed + epoch)
+        order = torch.randperm(num_samples).tolist()
+    else:
+        order = list(range(num_samples))
+    total = (num_samples // world_size if drop_last else math.ceil(num_samples / world_size)) * world_size
+    order = list(itertools.islice(itertools.cycle(order), total))
+    return order[rank:total:world_size]
 
 
 def shard_unpadded(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
@@ -781,6 +815,8 @@ WRONG = [
     W("shard_indices", shard_pads_once, "padding_repeats_the_data",
       "returned [] (0 indices); DistributedSampler gives [0] (1 indices)"),  # the issue's: pads only once
     W("shard_indices", shard_doubled, "padding_repeats_the_data", "shard_indices(2, rank=4"),  # two copies at most
+    W("shard_indices", shard_global_seed, "global_generator_untouched",
+      "changed torch's global random state"),  # torch.manual_seed(seed + epoch): the right indices, a reset generator
     W("average_gradients", average_async_unwaited, "two_ranks_average", "never waited on"),
     W("average_gradients", average_async_divide_then_wait, "two_ranks_average",
       "changed between dist.all_reduce(..., async_op=True) and work.wait()"),
@@ -810,6 +846,27 @@ def test_zero_memory_literals_agree_with_the_oracle():
     for stage in range(4):
         for n in (1, 2, 4, 8):
             assert zero_oracle(10**9, n, stage, 2, 2, 12) == pytest.approx(zero_table(10**9, n, stage))
+
+
+def test_a_zero_memory_miss_below_a_byte_shows_every_digit():
+    """A miss that :g cannot show (2.41481e+08 twice) shows both numbers in full: an int as an int, a float with all
+    its digits; misses that :g tells apart keep the short form."""
+    from grader.expect import CheckFailure
+    from grader.exercises.ddp import expect_zero
+    from grader.hidden.ddp import zero_oracle
+
+    with pytest.raises(CheckFailure) as caught:
+        expect_zero(zero_floor, 241_481_234, 7, 3, zero_oracle(241_481_234, 7, 3, 2, 2, 12))
+    message = str(caught.value)
+    assert "['params'] is 68994638 bytes per rank; expected 68994638.28571428:" in message, message
+    assert "rounded to a whole number of bytes" in message, message
+    with pytest.raises(CheckFailure) as caught:  # the total alone wrong, by a byte and a half
+        expect_zero(lambda *a: {**zero_table(*a), "total": zero_table(*a)["total"] + 1.5}, 241_481_234, 7, 3,
+                    zero_oracle(241_481_234, 7, 3, 2, 2, 12))
+    assert "['total'] is 551957107.7857143 bytes; expected 551957106.2857143, the sum" in str(caught.value), \
+        caught.value
+    result = assert_caught("ddp", W("zero_memory", zero_wrong(params_from=1), "stages_one_and_two"))
+    assert "is 5e+08 bytes per rank; expected 2e+09" in failures(result)["stages_one_and_two"]
 
 
 # A call that does the whole job (the library's sampler, however it was bound; a sum that ignores the ring) fails a

@@ -132,7 +132,8 @@ CORRECT = [
     ("tensor_nbytes", nbytes_itemsize), ("tensor_nbytes", nbytes_one_element),
     ("training_memory", training_table), ("training_memory", training_match),
     ("max_params", lambda memory_bytes, bytes_per_param: int(memory_bytes // bytes_per_param)),
-    ("max_params", lambda m, b: math.floor(m / b)),
+    ("max_params", lambda m, b: math.floor(m // b)),  # m // b is a float when either is: floor makes it an int
+    ("max_params", lambda m, b: int(divmod(m, b)[0])),
     ("compact", lambda x: x.clone()), ("compact", compact_empty_copy), ("compact", compact_if_needed),
     ("compact", lambda x: torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)),
     ("compact", lambda x: x.detach().clone().contiguous()),
@@ -437,6 +438,24 @@ def nbytes_meta(shape, dtype):
     return torch.empty(tuple(shape), dtype=dtype, device="meta").nbytes  # no meta tensor past 2**63 bytes
 
 
+def batch_int16_view(data, batch_size, context_length, device):
+    if len(data) < context_length + 1:
+        raise ValueError("too short")
+    starts = torch.randint(len(data) - context_length, (batch_size,)).tolist()
+    # the uint16 bytes read as int16: ids of 32768 and above come out negative
+    window = np.stack([np.asarray(data[s:s + context_length + 1]).view(np.int16) for s in starts]).astype(np.int64)
+    return torch.from_numpy(window[:, :-1]).to(device), torch.from_numpy(window[:, 1:]).to(device)
+
+
+def batch_int16_astype(data, batch_size, context_length, device):
+    if len(data) < context_length + 1:
+        raise ValueError("too short")
+    starts = np.random.randint(0, len(data) - context_length, size=batch_size)
+    window = np.stack([data[s:s + context_length + 1].astype(np.int16) for s in starts])  # wraps past 32767
+    x, y = torch.from_numpy(window[:, :-1]).long(), torch.from_numpy(window[:, 1:]).long()
+    return x.to(device), y.to(device)
+
+
 def batch_clamped_start(data, batch_size, context_length, device):
     last = len(data) - context_length - 1
     if last < 0:
@@ -595,6 +614,9 @@ WRONG = [
     W("get_batch", batch_ignores_device, "on_the_device_asked_for", "move x and y to `device`"),
     W("get_batch", batch_same_every_call, "each_row_its_own_start", "starts must be independent"),
     W("get_batch", batch_clamped_start, "starts_are_uniform", "start 15 came up"),
+    # uint16 ids read as int16: GPT-2's ids of 32768 and above come out negative (the checks' ids end at 65535)
+    W("get_batch", batch_int16_view, "windows_and_targets", "ids of 32768 and above came out negative"),
+    W("get_batch", batch_int16_astype, "windows_and_targets", "never as int16"),
 ]
 
 # the shortcut: record a real block's saved tensors inside the student's function (and it cannot reach real sizes)
@@ -853,6 +875,12 @@ KV_WRONG = [
 # wrong answers that only a hidden check can meet: sizes past float64's exact integers
 HIDDEN_WRONG = [
     W("training_memory", training_through_floats, "counts_past_int64", "expected"),
+    # float division: exact only while the quotient fits float64's 53 bits
+    W("max_params", lambda m, b: int(m / b), "budgets_past_2_to_the_53",
+      "max_params(999999999999999999, 3) returned 333333333333333312; expected 333333333333333333"),
+    W("max_params", lambda m, b: math.floor(m / b), "budgets_past_2_to_the_53", "returned 333333333333333312"),
+    W("max_params", lambda m, b: int(np.int64(m) // np.int64(b)), "budgets_past_2_to_the_53",
+      "Python int too large to convert to C long", status=ERROR),  # int64 holds no budget past 2**63
 ]
 
 

@@ -158,6 +158,22 @@ def _offset_by_indexing(x, index):
     return x[tuple(index)].storage_offset()  # right for every tensor, but reads the answer instead of computing it
 
 
+def _offset_zipped(x, index):
+    """Bounds-checked, but zip stops at the shorter of index and shape: an index of the wrong length passes."""
+    pos = x.storage_offset()
+    for i, s, st in zip(index, x.shape, x.stride()):
+        if not -s <= i < s:
+            raise IndexError(i)
+        pos += (i % s) * st
+    return pos
+
+
+def _offset_padded(x, index):
+    """Pads a short index with zeros (the first element of the sub-tensor x[index]) and drops extra entries."""
+    index = (tuple(index) + (0,) * x.dim())[:x.dim()]
+    return _offset_zipped(x, index)
+
+
 def _broadcast_by_meta_tensors(a, b):
     try:
         return tuple((torch.empty(a, device="meta") + torch.empty(b, device="meta")).shape)
@@ -241,6 +257,9 @@ WRONG = [
     W("element_offset", lambda x, index: x.storage_offset() + sum(
         (i % s) * st for i, s, st in zip(index, x.shape, x.stride())),
       "out_of_range", "should raise IndexError"),  # no bounds check
+    # an index of the wrong length names no element: zip silently drops the entries or dimensions left over
+    W("element_offset", _offset_zipped, "index_of_the_wrong_length", "should raise IndexError or ValueError"),
+    W("element_offset", _offset_padded, "index_of_the_wrong_length", "entries for"),
     W("broadcast_shape", lambda a, b: tuple(max(p, q) for p, q in zip(
         tuple(a) + (1,) * (len(b) - len(a)), tuple(b) + (1,) * (len(a) - len(b)))),
       "aligned_from_the_right"),  # aligns from the left

@@ -185,6 +185,18 @@ _SHARDED_FROM = {"optimizer_state": 1, "grads": 2, "params": 3}  # the first ZeR
 _LABELS = {"params": "parameters", "grads": "gradients", "optimizer_state": "optimizer state"}
 
 
+def _exact(x: float) -> str:
+    """A number as Python writes it: an int in full, a float with every digit it needs to be told apart (repr)."""
+    return repr(int(x)) if type(x) is int else repr(float(x))
+
+
+def shown_pair(got: float, want: float) -> tuple[str, str]:
+    """`got` and `want` for a message: short (:g) where that tells them apart, else exactly (a miss of 0.4 bytes
+    in 241 million shows as 241481234 and 241481234.4, not as 2.41481e+08 twice)."""
+    short = f"{got:g}", f"{want:g}"
+    return short if short[0] != short[1] else (_exact(got), _exact(want))
+
+
 def expect_zero(zero_memory, num_params: int, world_size: int, stage: int, want: dict[str, float],
                 nbytes: tuple[int, int, int] | None = None) -> None:
     """Keys, numbers, and each value within 1e-9 of `want`; a miss names the stage's rule for that key."""
@@ -200,8 +212,9 @@ def expect_zero(zero_memory, num_params: int, world_size: int, stage: int, want:
         expect_type(value, (int, float), f"{what}[{key!r}]")
         if abs(value - want[key]) <= 1e-9 * max(1.0, abs(want[key])):
             continue
+        got_shown, want_shown = shown_pair(value, want[key])
         if key == "total":
-            fail(f"{what}['total'] is {value:g} bytes; expected {want[key]:g}, the sum of the other three")
+            fail(f"{what}['total'] is {got_shown} bytes; expected {want_shown}, the sum of the other three")
         n, sharded = world_size, stage >= _SHARDED_FROM[key]
         full = want[key] * (n if sharded else 1)
         rule = (f"stage {stage} shards the {_LABELS[key]}, so each of the {n} ranks keeps 1/{n} of them" if sharded
@@ -214,6 +227,9 @@ def expect_zero(zero_memory, num_params: int, world_size: int, stage: int, want:
             hint = f"; yours is the whole divided by {n - 1}: {n} ranks hold {n} shards, not {n - 1}"
         elif sharded and close(value, full):
             hint = "; yours is a full copy"
+        elif sharded and math.isfinite(value) and value == int(value) and abs(value - want[key]) < 1:
+            hint = (f"; yours is rounded to a whole number of bytes: divide by {n} with /, not //, and keep the "
+                    "float (padding the shards to equal sizes is ignored here)")
         elif not sharded and close(value, full / n):
             hint = f"; yours is a 1/{n} shard"
         elif nbytes is None and key == "optimizer_state":
@@ -221,7 +237,7 @@ def expect_zero(zero_memory, num_params: int, world_size: int, stage: int, want:
                     "and two fp32 moments (4 + 4)")
         else:
             hint = f" ({per[key]} bytes per parameter){factor_hint(float(value), float(want[key]))}"
-        fail(f"{what}[{key!r}] is {value:g} bytes per rank; expected {want[key]:g}: {rule}{hint}")
+        fail(f"{what}[{key!r}] is {got_shown} bytes per rank; expected {want_shown}: {rule}{hint}")
 
 
 @ZERO_MEMORY.check

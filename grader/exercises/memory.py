@@ -281,10 +281,22 @@ def does_not_change_x(compact):
 
 # ---------------------------------------------------------------- get_batch
 
+TOP_ID = 2**16 - 1  # the largest id a uint16 file holds (GPT-2's 50257 ids need all 16 bits)
+
+
+def token_ids(length: int) -> list[int]:
+    """`length` consecutive token ids ending at 65535, so a window's first id tells where it starts, and ids of
+    32768 and above (half of a uint16's range, a third of GPT-2's 50257) are in every batch: read as int16 they
+    would come out negative."""
+    return list(range(TOP_ID + 1 - length, TOP_ID + 1))
+
+
 def expect_batches(out, tokens: list[int], batch_size: int, context_length: int, what: str) -> set[int]:
     """Every (x, y) has the right shapes, dtype and device, is a real window with targets shifted by one;
-    returns the start positions seen."""
+    returns the start positions seen. `tokens` are consecutive ids (token_ids): an id minus the first is its
+    position."""
     data = torch.tensor(tokens, dtype=torch.int64)
+    first = tokens[0]
     starts = set()
     for pair in out:
         if type(pair) not in (tuple, list) or len(pair) != 2:
@@ -297,9 +309,16 @@ def expect_batches(out, tokens: list[int], batch_size: int, context_length: int,
             expect_tensor_like(t, (batch_size, context_length), torch.int64, "cpu", f"{what}: {name}")
         expect(bool((y[:, :-1] == x[:, 1:]).all()), f"{what}: y must be x shifted by one token "
                                                      "(y[:, :-1] == x[:, 1:])")
+        for name, t in (("x", x), ("y", y)):
+            negative = (t < 0).any(dim=1).nonzero()
+            if negative.numel():
+                row = int(negative[0])
+                fail(f"{what}: {name}[{row}] holds the ids {t[row].tolist()} where the file holds uint16 ids from "
+                     f"{first} to {tokens[-1]}: ids of 32768 and above came out negative. Token ids are unsigned: "
+                     "read them as uint16 (or int32/int64), never as int16")
         for row in range(batch_size):
-            start = int(x[row, 0])  # tokens are 0, 1, 2, ...: a token's value is its position
-            window = data[start:start + context_length + 1]
+            start = int(x[row, 0]) - first  # consecutive ids: a token's id minus the first is its position
+            window = data[start:start + context_length + 1] if start >= 0 else data[:0]
             if window.numel() != context_length + 1 or not torch.equal(x[row], window[:-1]) or \
                     not torch.equal(y[row], window[1:]):
                 fail(f"{what}: row {row} is not a window of the data: x = {x[row].tolist()}, y = {y[row].tolist()}")
@@ -310,7 +329,7 @@ def expect_batches(out, tokens: list[int], batch_size: int, context_length: int,
 @GET_BATCH.check
 def windows_and_targets(get_batch):
     """x and y are (batch_size, context_length) int64 windows of the data, y shifted by one"""
-    tokens = list(range(100))
+    tokens = token_ids(100)
     out = run_scenario(scenarios.batches, get_batch, tokens, 4, 8, 5, 0)
     expect_batches(out, tokens, 4, 8, "get_batch(memmap of 100 tokens, 4, 8, 'cpu')")
 
@@ -318,7 +337,7 @@ def windows_and_targets(get_batch):
 @GET_BATCH.check
 def every_start_is_reachable(get_batch):
     """on 12 tokens with context 4, all 8 start positions 0..7 turn up, the last one included"""
-    tokens = list(range(12))
+    tokens = token_ids(12)
     out = run_scenario(scenarios.batches, get_batch, tokens, 8, 4, 40, 1)
     starts = expect_batches(out, tokens, 8, 4, "get_batch(memmap of 12 tokens, 8, 4, 'cpu')")
     # 320 draws from 8 starts: a correct answer misses a start with probability below 1e-17.
@@ -330,7 +349,7 @@ def every_start_is_reachable(get_batch):
 @GET_BATCH.check
 def too_short(get_batch):
     """data shorter than one window plus its target raises ValueError"""
-    expect_raises(ValueError, lambda: run_scenario(scenarios.batches, get_batch, list(range(8)), 2, 8, 1, 0),
+    expect_raises(ValueError, lambda: run_scenario(scenarios.batches, get_batch, token_ids(8), 2, 8, 1, 0),
                   "get_batch(memmap of 8 tokens, 2, 8, 'cpu')")
 
 
@@ -343,7 +362,7 @@ def reads_only_what_it_needs(get_batch):
 def expect_on_device(get_batch, length: int, batch_size: int, context_length: int, device, seed: int) -> None:
     """x and y are int64 (batch_size, context_length) tensors on the meta device when asked for it."""
     what = f"get_batch(memmap of {length} tokens, {batch_size}, {context_length}, device={device!r})"
-    out = run_scenario(scenarios.layout, get_batch, list(range(length)), batch_size, context_length, device, seed)
+    out = run_scenario(scenarios.layout, get_batch, token_ids(length), batch_size, context_length, device, seed)
     expect(out["type"] == "tuple" and out["items"] is not None and len(out["items"]) == 2,
            f"{what} returned a {out['type']}, not (x, y)")
     shape = (batch_size, context_length)
@@ -361,7 +380,7 @@ def on_the_device_asked_for(get_batch):
 
 def expect_own_starts(get_batch, length: int, batch_size: int, context_length: int, draws: int, seed: int) -> None:
     """Each row of every batch starts at its own random position: no batch repeats one start in every row."""
-    tokens = list(range(length))
+    tokens = token_ids(length)
     what = f"get_batch(memmap of {length} tokens, {batch_size}, {context_length}, 'cpu')"
     out = run_scenario(scenarios.batches, get_batch, tokens, batch_size, context_length, draws, seed)
     starts = expect_batches(out, tokens, batch_size, context_length, what)
@@ -383,14 +402,14 @@ def expect_uniform_starts(get_batch, seed: int) -> None:
 
     A uniform draw reaches 100 with probability below 1e-9 over all 16 starts (binomial tail); a draw clamped to the
     last start (randint(0, len(data)).clamp(max=...)) puts a quarter of all rows there, about 200."""
-    tokens = list(range(20))
+    tokens = token_ids(20)
     what = "get_batch(memmap of 20 tokens, 8, 4, 'cpu')"
     out = run_scenario(scenarios.batches, get_batch, tokens, 8, 4, 100, seed)
     expect_batches(out, tokens, 8, 4, what)
     counts = [0] * 16
     for x, _ in out:
         for start in x[:, 0].tolist():
-            counts[start] += 1
+            counts[start - tokens[0]] += 1
     worst = max(range(16), key=counts.__getitem__)
     expect(counts[worst] < 100, f"{what}: in 800 rows, start {worst} came up {counts[worst]} times, where each of the "
                                 "16 starts should come up about 50: starts must be uniform (a start clamped into range "

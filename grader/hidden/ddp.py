@@ -10,8 +10,10 @@ from grader.exercises.ddp import (ALLREDUCE_TRAFFIC, AVERAGE_GRADIENTS, DDP_TRAI
                                   expect_average, expect_bubble, expect_layout_values, expect_shard, expect_traffic,
                                   expect_zero, layout_of)
 from grader.exercises.ddp_judge import expect_ddp
-from grader.expect import call, expect_tensor
+from grader.expect import call, expect, expect_tensor
 from grader.inputs import randint
+from grader.scenario import run_scenario
+from grader.scenarios import ddp as scenarios
 
 
 def reference_ring(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -84,6 +86,8 @@ def zero_random_sizes(zero_memory):
     for _ in range(24):
         psi, n, stage = randint(1, 10**11), randint(1, 1024), randint(0, 3)
         expect_zero(zero_memory, psi, n, stage, zero_oracle(psi, n, stage, 2, 2, 12))
+    # a shard of a third of a byte: within 1e-9 of the expected value only as a float (// rounds it off)
+    expect_zero(zero_memory, 10**6 + 1, 3, 3, zero_oracle(10**6 + 1, 3, 3, 2, 2, 12))
 
 
 @ZERO_MEMORY.hidden
@@ -127,6 +131,20 @@ def far_fewer_samples_than_ranks(shard_indices):
         num, rank = randint(1, 3), randint(0, world - 1)
         expect_shard(shard_indices, num, rank, world, shuffle=bool(randint(0, 1)), seed=randint(0, 9),
                      epoch=randint(0, 3))
+
+
+@SHARD_INDICES.hidden
+def global_generator_untouched(shard_indices):
+    """shuffle=True draws from a torch.Generator of its own: torch's global random state is the same after the call"""
+    for num, rank, world, seed, epoch in ((9, 1, 2, 7, 3), (randint(2, 40), 0, randint(1, 4), randint(0, 99), 1)):
+        what = (f"shard_indices({num}, rank={rank}, world_size={world}, shuffle=True, seed={seed}, epoch={epoch}, "
+                "drop_last=False)")
+        out = run_scenario(scenarios.global_rng_after_shuffle, shard_indices, num, rank, world, seed, epoch,
+                           randint(10**6, 10**9))
+        expect(out["unchanged"], f"{what} changed torch's global random state (torch.get_rng_state()): "
+                                 "torch.manual_seed(seed + epoch) resets the generator the rest of the program draws "
+                                 "from, on every call. Seed a torch.Generator of its own and pass it to "
+                                 "torch.randperm(..., generator=...)")
 
 
 @AVERAGE_GRADIENTS.hidden

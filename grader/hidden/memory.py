@@ -11,7 +11,7 @@ from grader.exercises.memory import (ACTIVATION_BYTES, COMPACT, ELEMENT_BYTES, G
                                      expect_activation, expect_batches, expect_compact, expect_input_unchanged,
                                      expect_kv, expect_max, expect_nbytes, expect_on_device, expect_own_starts,
                                      expect_peak, expect_reads_little, expect_training, expect_uniform_starts,
-                                     expect_usage, measured_cache, measured_case, saved_bytes)
+                                     expect_usage, measured_cache, measured_case, saved_bytes, token_ids)
 from grader.expect import expect, expect_raises, fail
 from grader.inputs import layouts, randint, random_shape
 from grader.scenario import run_scenario
@@ -94,6 +94,17 @@ def random_budgets(max_params):
     expect_max(max_params, 80e9, 18.5, int(80e9 // 18.5))
 
 
+@MAX_PARAMS.hidden
+def budgets_past_2_to_the_53(max_params):
+    """int budgets past 2**53 (where floats stop holding every integer) and past 2**63: exact Python ints"""
+    expect_max(max_params, 10**18 - 1, 3, 333333333333333333)  # int((10**18 - 1) / 3) is 333333333333333312
+    for _ in range(10):
+        memory, per = randint(2**53, 10**18), randint(3, 40)
+        expect_max(max_params, memory, per, memory // per)
+    memory = 2**70 + randint(0, 10**9)  # past int64 too: no NumPy or torch integer holds it
+    expect_max(max_params, memory, 24, memory // 24)
+
+
 @COMPACT.hidden
 def random_views(compact):
     """random slices, transposes and dtypes of bigger tensors, and tensors that are already compact"""
@@ -127,7 +138,7 @@ def random_lengths_and_windows(get_batch):
     """random data lengths, batch sizes and context lengths; windows right up to the end"""
     for seed in range(5):
         length, ctx, batch = randint(10, 60), randint(1, 8), randint(1, 6)
-        tokens = list(range(length))
+        tokens = token_ids(length)
         # 30 * starts rows: a correct answer misses the last start with probability about e^-30 (1e-13).
         draws = math.ceil(30 * (length - ctx) / batch)
         out = run_scenario(scenarios.batches, get_batch, tokens, batch, ctx, draws, seed)
@@ -139,16 +150,16 @@ def random_lengths_and_windows(get_batch):
 @GET_BATCH.hidden
 def exactly_one_window(get_batch):
     """data of exactly context_length + 1 tokens has one window, always start 0"""
-    out = run_scenario(scenarios.batches, get_batch, list(range(9)), 3, 8, 3, 0)
-    starts = expect_batches(out, list(range(9)), 3, 8, "get_batch(memmap of 9 tokens, 3, 8)")
+    out = run_scenario(scenarios.batches, get_batch, token_ids(9), 3, 8, 3, 0)
+    starts = expect_batches(out, token_ids(9), 3, 8, "get_batch(memmap of 9 tokens, 3, 8)")
     expect(starts == {0}, "get_batch(memmap of 9 tokens, 3, 8)")
 
 
 @GET_BATCH.hidden
 def random_draws_differ(get_batch):
     """two calls do not return the same windows every time"""
-    out = run_scenario(scenarios.batches, get_batch, list(range(1000)), 4, 8, 6, 3)
-    expect_batches(out, list(range(1000)), 4, 8, "get_batch(memmap of 1000 tokens, 4, 8)")
+    out = run_scenario(scenarios.batches, get_batch, token_ids(1000), 4, 8, 6, 3)
+    expect_batches(out, token_ids(1000), 4, 8, "get_batch(memmap of 1000 tokens, 4, 8)")
     firsts = {tuple(x[:, 0].tolist()) for x, _ in out}
     expect(len(firsts) > 1, "get_batch returned the same windows on every call")
 
@@ -156,14 +167,14 @@ def random_draws_differ(get_batch):
 @GET_BATCH.hidden
 def device_argument(get_batch):
     """device given as torch.device("cpu") works too"""
-    out = run_scenario(scenarios.batches, get_batch, list(range(50)), 2, 5, 2, 4, torch.device("cpu"))
-    expect_batches(out, list(range(50)), 2, 5, "get_batch(memmap, 2, 5, torch.device('cpu'))")
+    out = run_scenario(scenarios.batches, get_batch, token_ids(50), 2, 5, 2, 4, torch.device("cpu"))
+    expect_batches(out, token_ids(50), 2, 5, "get_batch(memmap, 2, 5, torch.device('cpu'))")
 
 
 @GET_BATCH.hidden
 def one_token_short(get_batch):
     """exactly context_length tokens is one too few: ValueError"""
-    expect_raises(ValueError, lambda: run_scenario(scenarios.batches, get_batch, list(range(5)), 1, 5, 1, 0),
+    expect_raises(ValueError, lambda: run_scenario(scenarios.batches, get_batch, token_ids(5), 1, 5, 1, 0),
                   "get_batch(memmap of 5 tokens, 1, 5)")
 
 

@@ -81,6 +81,22 @@ def random_out_of_range(element_offset):
             expect_raises(IndexError, lambda: element_offset(x, index), f"element_offset(x of shape (5, 4, 3), {index})")
 
 
+@ELEMENT_OFFSET.hidden
+def index_of_the_wrong_length(element_offset):
+    """an index with one entry too many or too few for x's dimensions raises: it names no element of x"""
+    # x[index] raises IndexError for too many entries and returns a sub-tensor, not an element, for too few. The
+    # statement asks for one int per dimension and names IndexError only for entries outside the shape, so a
+    # wrong length may raise IndexError or ValueError (zip(..., strict=True)); returning a position may not.
+    for _ in range(6):
+        shape = random_shape(1, 4, 2, 5)
+        x = numbered(torch.Size(shape).numel()).view(shape).transpose(0, -1)
+        dims = x.dim()
+        for n in (dims + 1, dims - 1):
+            index = tuple(randint(0, 1) for _ in range(n))  # every entry in range: only the length is wrong
+            expect_raises((IndexError, ValueError), lambda: element_offset(x, index),
+                          f"element_offset(x of shape {tuple(x.shape)}, {index}) ({n} entries for a {dims}-dim x)")
+
+
 def _compatible_pair() -> tuple[tuple[int, ...], tuple[int, ...]]:
     out = random_shape(0, 5, 0, 4)
     a = tuple(1 if randint(0, 2) == 0 else s for s in out[randint(0, len(out)):])

@@ -1,4 +1,5 @@
-"""Chapter 10 scenarios: a student's average_gradients in a simulated process group, and ddp_train recorded.
+"""Chapter 10 scenarios: a student's average_gradients in a simulated process group, ddp_train recorded, and
+shard_indices's shuffle beside torch's global random state.
 
 Grading runs on one machine with no partner processes, so the world is simulated inside this scenario:
 torch.distributed's group queries and all_reduce are replaced for the call (and put back after). Rank k of
@@ -12,6 +13,9 @@ run, a race with the all-reduce reading them).
 ddp_train runs for real (it starts its own processes); what its ranks did is recorded by the models
 grader.course.distributed.toy_model builds while the environment variable below names a folder (the ranks
 inherit it; grader/course/ddp_record.py writes the records).
+
+shard_indices's shuffle runs here too, so that torch's global random state before and after the call is read in
+the process where the student's function runs (global_rng_after_shuffle).
 """
 import os
 import shutil
@@ -24,6 +28,7 @@ from . import common
 
 _SUM = dist.ReduceOp.SUM if dist.is_available() else None
 _randn, _manual_seed, _equal = torch.randn, torch.manual_seed, torch.equal
+_get_rng_state = torch.get_rng_state
 _load, _listdir, _join = torch.load, os.listdir, os.path.join
 _RECORD_ENV = "GRADER_DDP_RECORD"  # grader.course.ddp_record.RECORD_ENV (this module may not import grader)
 
@@ -91,6 +96,16 @@ def average_in_fake_world(average_gradients, spec, world_size, seed, frozen=Fals
     del model
     return {"before": before, "after": after, "params_unchanged": unchanged, "error": error, "calls": len(calls),
             "unwaited": sum(not w.done for w in works), "raced": sum(w.raced for w in works), "async": len(works)}
+
+
+def global_rng_after_shuffle(shard_indices, num_samples, rank, world_size, seed, epoch, state_seed):
+    """Call shard_indices(..., shuffle=True) with torch's global generator seeded by `state_seed`: whether its state
+    (torch.get_rng_state()) is the same afterwards, as it is when the shuffle draws from a torch.Generator of its
+    own, and what the call returned."""
+    _manual_seed(state_seed)
+    before = _get_rng_state()
+    out = shard_indices(num_samples, rank, world_size, shuffle=True, seed=seed, epoch=epoch, drop_last=False)
+    return {"unchanged": bool(_equal(_get_rng_state(), before)), "indices": out}
 
 
 def train_recorded(ddp_train, world_size, steps, lr, seed):
