@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import threading
+
+import numpy as np
 
 import pytest
 import torch
@@ -272,6 +275,76 @@ def round_python_frexp(x):
     return torch.tensor(out, dtype=torch.float32).reshape(x.shape)
 
 
+# ---- the reviewer's evasions of the method check: a result made where the trace cannot see, or float arithmetic by
+# an operator the check did not list (all bit-identical to torch's conversion)
+
+def round_numpy_floats(x):
+    """The frexp rounding in NumPy float64, brought back with torch.from_numpy, with a decoy integer operation on the
+    result: no operator the trace sees made its values from x."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = x.detach().numpy().astype(np.float64)
+        m, e = np.frexp(a)
+        scale = np.ldexp(1.0, np.minimum(e + 133, 8))
+        r = np.where(np.isfinite(a), np.ldexp(np.round(m * scale) / scale, e), a).astype(np.float32)
+    return (torch.from_numpy(r).view(torch.int32) | 0).view(torch.float32)
+
+
+def round_python_frexp_decoy(x):
+    """Python floats rebuilt with torch.tensor(list), a decoy integer operation on the result."""
+    return (round_python_frexp(x).view(torch.int32) | 0).view(torch.float32)
+
+
+def _magic(x):
+    """Per element, the float64 1.5 * 2^52 * (the bfloat16 step at x): adding it and taking it off rounds x to
+    bfloat16 (ties to even). Built from x's exponent bits with integer operations."""
+    e = torch.clamp((x.view(torch.int32) >> 23) & 0xFF, min=1).to(torch.int64)
+    return (((e - 127 - 7 + 52 + 1023) << 52) | (1 << 51)).view(torch.float64)
+
+
+def _magic_finish(x, r64):
+    bits = x.view(torch.int32)
+    out = r64.to(torch.float32).view(torch.int32) | (bits & (-2**31))  # x's sign (zeros, tiny values)
+    return torch.where(torch.isfinite(x), out.view(torch.float32), x)
+
+
+def round_magic_by_sum(x):
+    """The float64 magic number added with torch.stack(...).sum(0) and taken off again with -c."""
+    c = _magic(x)
+    s = torch.stack([x.double(), c]).sum(0)
+    return _magic_finish(x, torch.stack([s, -c]).sum(0))
+
+
+def round_magic_by_matmul(x):
+    """The same additions as a matrix product: [x, c] @ [1, 1], then [s, c] @ [1, -1]."""
+    c = _magic(x)
+    s = torch.stack([x.double(), c], -1) @ torch.tensor([1.0, 1.0], dtype=torch.float64)
+    return _magic_finish(x, torch.stack([s, c], -1) @ torch.tensor([1.0, -1.0], dtype=torch.float64))
+
+
+def round_dispatch_disabled(x):
+    """torch's conversion with Python dispatch turned off (the trace sees nothing there), a decoy on the result."""
+    with torch._C._DisableTorchDispatch():
+        r = x.to(torch.bfloat16).to(torch.float32)
+    return (r.view(torch.int32) | 0).view(torch.float32)
+
+
+def round_modes_disabled(x):
+    """The same with the dispatch modes popped for a while (torch's own helper puts them back)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():
+        r = x.to(torch.bfloat16).to(torch.float32)
+    return (r.view(torch.int32) | 0).view(torch.float32)
+
+
+def round_in_a_thread(x):
+    """torch's conversion in another thread, which the trace does not watch, a decoy on the result."""
+    out = []
+    worker = threading.Thread(target=lambda: out.append(x.to(torch.bfloat16).to(torch.float32)))
+    worker.start()
+    worker.join()
+    return (out[0].view(torch.int32) | 0).view(torch.float32)
+
+
 class _AlwaysClose(torch.Tensor):
     """A tensor subclass that claims to equal anything."""
 
@@ -437,6 +510,41 @@ def subnormal_by_tensor_nextafter(dtype):
     return float(torch.zeros((), dtype=dtype).nextafter(torch.ones((), dtype=dtype)))
 
 
+def subnormal_by_aten_nextafter(dtype):
+    """torch.nextafter's aten operator, called directly."""
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return _subnormal_formula(dtype)
+    return float(torch.ops.aten.nextafter.default(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)))
+
+
+def subnormal_by_nextafter_in_place(dtype):
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return _subnormal_formula(dtype)
+    return float(torch.zeros((), dtype=dtype).nextafter_(torch.ones((), dtype=dtype)))
+
+
+def subnormal_by_numpy_spacing(dtype):
+    """numpy.spacing(0) is the distance from 0 to the next number: the smallest subnormal."""
+    known = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16}
+    return float(np.spacing(known[dtype](0))) if dtype in known else _subnormal_formula(dtype)
+
+
+def seq_by_numpy_accumulate(values, dtype):
+    """NumPy's cumulative sum (float16 and float32 partial sums, each rounded); bfloat16, which NumPy lacks, by a
+    loop."""
+    if dtype == torch.bfloat16:
+        return sequential_python_loop(values, dtype)
+    a = values.to(dtype).numpy()
+    return torch.tensor(np.add.accumulate(a)[-1] if a.size else 0.0, dtype=dtype)
+
+
+def seq_by_numpy_cumsum(values, dtype):
+    if dtype == torch.bfloat16:
+        return sequential_python_loop(values, dtype)
+    a = values.to(dtype).numpy()
+    return torch.tensor(np.cumsum(a)[-1] if a.size else 0.0, dtype=dtype)
+
+
 def subnormal_by_numpy_finfo(dtype):
     """NumPy's finfo has smallest_subnormal for the dtypes NumPy knows."""
     import numpy as np
@@ -564,14 +672,36 @@ WRONG = [
     W("smallest_subnormal", subnormal_by_numpy_finfo, "float32_and_float16", "not call numpy.finfo"),
     W("smallest_subnormal", subnormal_by_math_ulp, "float64", "not call math.ulp"),
     W("sequential_sum", seq_by_fsum, "drifts_in_float16", "not call math.fsum"),
+    # the same functions under other names: aten operators called directly, an in-place method, NumPy's
+    W("smallest_subnormal", subnormal_by_aten_nextafter, "float32_and_float16", "not call torch.ops.aten.nextafter"),
+    W("smallest_subnormal", subnormal_by_nextafter_in_place, "float32_and_float16",
+      "not call torch.Tensor.nextafter_"),
+    W("smallest_subnormal", subnormal_by_numpy_spacing, "float32_and_float16", "not call numpy.spacing"),
+    W("sequential_sum", seq_by_numpy_accumulate, "drifts_in_float16", "not call numpy.add.accumulate"),
+    W("sequential_sum", seq_by_numpy_cumsum, "drifts_in_float16", "not call numpy.cumsum"),
+    W("sequential_sum", lambda v, d: torch.ops.aten.cumsum.default(v.to(d), 0)[-1], "drifts_in_float16",
+      "not call torch.ops.aten.cumsum"),
+    W("kahan_sum", seq_by_numpy_accumulate, "stays_near_ten", "not call numpy.add.accumulate"),
+    # float arithmetic by operators the first list lacked (every float operator but those that only move values)
+    W("round_to_bf16", round_magic_by_sum, "exact_values_stay", "rounded with floating-point arithmetic (neg, sum"),
+    W("round_to_bf16", round_magic_by_matmul, "exact_values_stay", "rounded with floating-point arithmetic"),
+    # the trace switched off for a while: refused by name
+    W("round_to_bf16", round_dispatch_disabled, "exact_values_stay", "not call torch._C._DisableTorchDispatch"),
+    W("round_to_bf16", round_modes_disabled, "exact_values_stay",
+      "not call torch.utils._python_dispatch._disable_current_modes"),
     W("kahan_sum", lambda v, d: v.to(d).sum(), "stays_near_ten", "not call torch.Tensor.sum"),
     W("kahan_sum", lambda v, d: torch.sum(v.to(d)), "stays_near_ten", "not call torch.sum"),
     W("kahan_sum", kahan_by_fsum, "stays_near_ten", "not call math.fsum"),
     W("kahan_sum", lambda v, d: v.to(d).cumsum(0)[-1], "stays_near_ten", "not call torch.Tensor.cumsum"),
     W("update_loss_scale", scale_by_amp_op, "halves_and_resets_on_overflow", "not call torch._amp_update_scale_"),
     W("update_loss_scale", scale_by_gradscaler, "halves_and_resets_on_overflow", "not call torch.amp.GradScaler"),
+    # a result made where the trace cannot see its values come from x: only grading's computed_from_x tells
+    W("round_to_bf16", round_numpy_floats, "computed_from_x", "did not come from x through torch operations"),
+    W("round_to_bf16", round_python_frexp_decoy, "computed_from_x", "did not come from x through torch operations"),
+    W("round_to_bf16", round_in_a_thread, "computed_from_x", "did not come from x through torch operations"),
 ]
-LEFT_TO_HIDDEN = {round_contiguous_only}  # every other wrong answer fails a public check, before any grading
+# every other wrong answer fails a public check, before any grading
+LEFT_TO_HIDDEN = {round_contiguous_only, round_numpy_floats, round_python_frexp_decoy, round_in_a_thread}
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
@@ -582,13 +712,15 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
     assert_caught("dtypes", wrong, public_only=wrong.answer not in LEFT_TO_HIDDEN)
 
 
-@pytest.mark.parametrize("answer", [round_by_frexp, round_frexp_blended, round_python_frexp, round_python_struct],
-                         ids=["frexp", "blended", "python_frexp", "struct"])
+@pytest.mark.parametrize("answer", [round_by_frexp, round_frexp_blended, round_python_frexp, round_python_struct,
+                                    round_numpy_floats, round_magic_by_sum, round_magic_by_matmul, round_in_a_thread],
+                         ids=["frexp", "blended", "python_frexp", "struct", "numpy_floats", "magic_sum",
+                              "magic_matmul", "thread"])
 def test_the_other_methods_are_bit_identical(answer):
     """Each matches torch's conversion bit for bit (NaN staying NaN) on a million bit patterns and the edges: only the
     check of the method (the call's trace) stops them."""
     torch.manual_seed(0)
-    bits = torch.cat([torch.randint(-2**31, 2**31, (2**20 if answer in (round_by_frexp, round_frexp_blended)
+    bits = torch.cat([torch.randint(-2**31, 2**31, (2**20 if answer not in (round_python_frexp, round_python_struct)
                                                     else 2**14,), dtype=torch.int64).to(torch.int32),
                       torch.tensor([0, 1, 0x8000, 0x18000, 0x7F7F8000, 0x7F7FFFFF, 0x7F800000, 0x00800000,
                                     0x3F808000, 0x3F818000], dtype=torch.int32)])
@@ -602,8 +734,12 @@ def test_the_other_methods_are_bit_identical(answer):
 @pytest.mark.parametrize("name,fn", [("smallest_subnormal", subnormal_by_nextafter),
                                      ("smallest_subnormal", subnormal_by_numpy_finfo),
                                      ("smallest_subnormal", subnormal_by_math_ulp),
+                                     ("smallest_subnormal", subnormal_by_aten_nextafter),
+                                     ("smallest_subnormal", subnormal_by_numpy_spacing),
+                                     ("sequential_sum", seq_by_numpy_accumulate),
                                      ("update_loss_scale", scale_by_amp_op)],
-                         ids=["nextafter", "numpy_finfo", "math_ulp", "amp_update_scale"])
+                         ids=["nextafter", "numpy_finfo", "math_ulp", "aten_nextafter", "numpy_spacing",
+                              "numpy_accumulate", "amp_update_scale"])
 def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, name, fn):
     """The forbidden calls really do the whole job (else forbidding them would prove nothing)."""
     passes_without_forbid(monkeypatch, "dtypes", name, fn)
@@ -633,6 +769,12 @@ def round_frexp(x):
     r = torch.round(m * scale) / scale
     half = torch.div(e, 2, rounding_mode="floor")
     return torch.where(torch.isfinite(x), torch.ldexp(torch.ldexp(r, half), e - half), x)
+def round_numpy(x):
+    import numpy as np
+    b = x.numpy().view(np.int32).astype(np.int64)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    r = np.where(np.isnan(x.numpy()), x.numpy(), r)
+    return (torch.from_numpy(r).view(torch.int32) | 0).view(torch.float32)
 def scale_ok(scale, found_inf, good_steps, growth_interval=2000):
     if found_inf:
         return scale * 0.5, 0
@@ -665,7 +807,8 @@ def graded_in_kernel(bridge, exercise_id: str, name: str) -> list[tuple[str, boo
 
 
 @pytest.mark.parametrize("name,passes", [("round_ok", True), ("round_to", False), ("round_method", False),
-                                         ("round_aten", False), ("round_truncate", False), ("round_frexp", False)])
+                                         ("round_aten", False), ("round_truncate", False), ("round_frexp", False),
+                                         ("round_numpy", False)])
 def test_round_to_bf16_graded_in_a_kernel(kernel_bridge, name, passes):
     """The conversion is caught where the student's code runs, not only in the notebook; so is frexp/ldexp
     rounding (issue 26), from the trace the kernel records and sends back."""
@@ -677,6 +820,9 @@ def test_round_to_bf16_graded_in_a_kernel(kernel_bridge, name, passes):
     if name == "round_frexp":
         assert not any(ok for _, ok, _ in results)
         assert all("rounded with floating-point arithmetic" in msg for _, _, msg in results), results
+    if name == "round_numpy":  # integer operations in NumPy, a decoy in torch: the kernel's trace shows it too
+        assert [n for n, ok, _ in results if not ok] == ["computed_from_x"], results
+        assert "did not come from x through torch operations" in dict((n, m) for n, _, m in results)["computed_from_x"]
 
 
 @pytest.mark.parametrize("name,passes", [("scale_ok", True), ("scale_no_reset", False)])

@@ -124,6 +124,8 @@ def mixture_data(weight):
 
 
 def mixture_numpy(weight):
+    """Every draw from NumPy's global generator: right statistics, but the exercise asks for torch's generator, and
+    torch.manual_seed does not make this init repeat (a wrong answer, caught when graded)."""
     branch = np.random.choice(3, size=tuple(weight.shape), p=[0.25, 0.5, 0.25])
     magnitude = np.random.uniform(5, 10, size=tuple(weight.shape))
     values = np.where(branch == 0, magnitude, np.where(branch == 2, -magnitude, 0.0))
@@ -181,7 +183,7 @@ CORRECT = [
     ("kaiming_std", kaiming_table), ("kaiming_std", kaiming_variance), ("kaiming_std", kaiming_own_gains),
     ("activation_stds", stds_global_rng), ("activation_stds", stds_numpy),
     ("init_mixture_", mixture_d2l), ("init_mixture_", mixture_index_assignment), ("init_mixture_", mixture_data),
-    ("init_mixture_", mixture_numpy), ("init_mixture_", mixture_multinomial),
+    ("init_mixture_", mixture_multinomial),
     ("seed_everything", seed_all_cuda), ("seed_everything", seed_and_deterministic),
 ]
 
@@ -654,6 +656,41 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
     assert_caught("initialization", wrong, public_only=True)
 
 
+def _mixture_numpy_categories(weight):
+    """The categories from NumPy's global generator (np.random.choice), the magnitudes from torch: the statistics
+    are right, but torch.manual_seed no longer makes the init repeat."""
+    with torch.no_grad():
+        branch = torch.from_numpy(np.random.choice(4, size=tuple(weight.shape)))
+        magnitude = torch.empty_like(weight).uniform_(5, 10)
+        weight.copy_(torch.where(branch == 0, magnitude, torch.where(branch == 1, -magnitude, torch.zeros(()))))
+    return weight
+
+
+def _mixture_python_random(weight):
+    """torch draws, but from a generator of its own seeded from Python's random module: not torch's generator."""
+    g = torch.Generator().manual_seed(random.getrandbits(63))
+    with torch.no_grad():
+        branch = torch.randint(0, 4, weight.shape, generator=g)
+        magnitude = torch.empty(weight.shape, dtype=weight.dtype).uniform_(5, 10, generator=g)
+        weight.copy_(torch.where(branch == 0, magnitude, torch.where(branch == 1, -magnitude, torch.zeros(()))))
+    return weight
+
+
+# Right statistics from another generator than torch's, which the exercise asks for: only grading's hidden check
+# (two calls after the same torch.manual_seed, NumPy's and random's states changed in between) tells.
+CAUGHT_WHEN_GRADED = [
+    W("init_mixture_", _mixture_numpy_categories, "repeats_after_torch_manual_seed",
+      "draw from torch's random generator"),
+    W("init_mixture_", mixture_numpy, "repeats_after_torch_manual_seed", "elements differ"),
+    W("init_mixture_", _mixture_python_random, "repeats_after_torch_manual_seed", "not from NumPy's or Python's"),
+]
+
+
+@pytest.mark.parametrize("wrong", CAUGHT_WHEN_GRADED, ids=ids(CAUGHT_WHEN_GRADED))
+def test_draws_from_another_generator_are_caught_when_graded(wrong):
+    assert_caught("initialization", wrong)
+
+
 # ---------------------------------------------------------------- shortcuts: a library call that does the whole job
 # Each number the first three exercises ask for is one an nn.init function uses: draw with it from a seeded
 # generator, draw unit values from the same seed, and the ratio is the number, exact in float64.
@@ -873,6 +910,7 @@ HIDDEN_CATCHES = [
     ("activation_stds", "fresh_weights_other_seeds", _stds_generator_per_layer),
     ("init_mixture_", "counts_vary_other_sizes", _mixture_randperm_quarters),
     ("init_mixture_", "counts_vary_other_sizes", _mixture_stratified),
+    ("init_mixture_", "repeats_after_torch_manual_seed", _mixture_numpy_categories),
 ]
 
 
@@ -887,7 +925,9 @@ def test_new_hidden_checks_catch_for_any_salt(exercise, check, wrong):
 
 
 HIDDEN_PASSES = [("activation_stds", "fresh_weights_other_seeds", fn) for fn in (stds_global_rng, stds_numpy)] + [
-    ("init_mixture_", "counts_vary_other_sizes", fn) for fn in (mixture_d2l, mixture_multinomial, mixture_numpy)]
+    ("init_mixture_", "counts_vary_other_sizes", fn) for fn in (mixture_d2l, mixture_multinomial)] + [
+    ("init_mixture_", "repeats_after_torch_manual_seed", fn) for fn in (mixture_d2l, mixture_index_assignment,
+                                                                        mixture_data, mixture_multinomial)]
 
 
 @pytest.mark.parametrize("exercise,check,right", HIDDEN_PASSES,

@@ -11,17 +11,29 @@ from grader.scenario import tracing
 
 # Each of these hands over the smallest subnormal (nextafter(0, 1), NumPy's finfo.smallest_subnormal, math.ulp(0.0)):
 # the exercise is to build it from torch.finfo's smallest normal and eps, or from the bits.
+# The aten operators (torch.ops.aten.nextafter, called directly) and the in-place method are the same function under
+# other names; numpy.spacing(0) is the smallest subnormal too.
 SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1,
-                              forbid=("torch.nextafter", "torch.Tensor.nextafter", "numpy.nextafter", "numpy.finfo",
-                                      "math.nextafter", "math.ulp"))
+                              forbid=("torch.nextafter", "torch.Tensor.nextafter", "torch.Tensor.nextafter_",
+                                      "torch.ops.aten.nextafter", "torch.ops.aten.nextafter_", "numpy.nextafter",
+                                      "numpy.spacing", "numpy.finfo", "math.nextafter", "math.ulp"))
 # torch.Tensor.bfloat16 is refused outright (a clear message); every other way of making a bfloat16 tensor
 # (.to(torch.bfloat16), .type(...), copy_ into one, aten ops...) is caught by the trace of the call, which records
 # the dtype of every tensor the student's function makes and where its result's values came from: integer bit
-# operations, as the exercise asks, not floating-point arithmetic (frexp and ldexp, a scaled round).
-ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3, forbid=("torch.Tensor.bfloat16",))
-# A library sum does the whole job its own way (pairwise, in a float32 accumulator, or exactly): refused by name.
+# operations, as the exercise asks, not floating-point arithmetic (frexp and ldexp, a scaled round). The trace sees
+# operators through torch's Python dispatch: what turns that off for a while (so that a conversion or a float
+# addition run there leaves no record) is refused too.
+ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3,
+                         forbid=("torch.Tensor.bfloat16", "torch._C._DisableTorchDispatch",
+                                 "torch._C._ExcludeDispatchKeyGuard", "torch._C._pop_torch_dispatch_stack",
+                                 "torch.utils._python_dispatch._disable_current_modes"))
+# A library sum does the whole job its own way (pairwise, in a float32 accumulator, or exactly): refused by name,
+# torch's (its aten operators called directly too) and NumPy's (a cumulative sum's last element is the sum).
 _LIBRARY_SUMS = ("torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum", "torch.cumsum",
-                 "torch.Tensor.cumsum", "math.fsum")
+                 "torch.Tensor.cumsum", "torch.Tensor.cumsum_", "torch.ops.aten.sum", "torch.ops.aten.cumsum",
+                 "torch.ops.aten.cumsum_", "math.fsum", "numpy.sum", "numpy.ndarray.sum", "numpy.nansum",
+                 "numpy.add.reduce", "numpy.cumsum", "numpy.ndarray.cumsum", "numpy.nancumsum",
+                 "numpy.add.accumulate")
 SEQUENTIAL_SUM = exercise("dtypes.sequential_sum", points=1, forbid=_LIBRARY_SUMS)
 KAHAN_SUM = exercise("dtypes.kahan_sum", points=2, forbid=_LIBRARY_SUMS)
 # GradScaler's own update (torch._amp_update_scale_, which GradScaler.update calls) is the rule itself.
@@ -104,12 +116,22 @@ def _hex(value: torch.Tensor) -> str:
 
 
 # What the result's values may come from (its trace's lineage, "operator:dtype"): at least one integer bit operation,
-# and no floating-point arithmetic, which is the other way to round (frexp/ldexp and a scaled round, x * c - ...).
+# and no floating-point arithmetic, which is the other way to round (frexp/ldexp and a scaled round, x * c - ..., a
+# float64 "magic number" added by a sum or a matmul). Every operator that makes a floating-point (or complex) tensor
+# on the way must be one that only makes, copies, moves or selects values: any other can do arithmetic (sum, neg,
+# mm, diff, cumsum, a conversion between float dtypes that rounds...), so none is trusted. abs is there because
+# torch.isinf and torch.isfinite run it.
 _BIT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
             "and", "or", "xor", "lshift", "rshift", "iand", "ior", "ixor", "ilshift", "irshift"}
-_FLOAT_ARITHMETIC = {"add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "frexp", "ldexp", "round",
-                     "floor", "ceil", "trunc", "fix", "pow", "float_power", "exp", "exp2", "log", "log2", "sqrt",
-                     "reciprocal", "fmod", "remainder", "nextafter", "copysign", "addcmul", "addcdiv", "lerp", "hypot"}
+_FLOAT_MOVES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+                "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero",
+                "scalar_tensor", "lift_fresh", "lift_fresh_copy", "clone", "copy", "contiguous", "view", "unsafe_view",
+                "reshape", "reshape_alias", "alias", "detach", "expand", "as_strided", "t", "transpose", "permute",
+                "squeeze", "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "unbind", "split",
+                "split_with_sizes", "chunk", "index", "index_select", "gather", "take", "masked_select", "cat",
+                "stack", "flip", "resize", "where", "masked_fill", "masked_scatter", "index_put", "index_put_impl",
+                "index_copy", "index_fill", "abs"}
+_FLOATING = ("float", "bfloat", "complex")
 
 
 def _operator(entry: str) -> tuple[str, str]:
@@ -122,7 +144,7 @@ def expect_integer_method(lineage: set[str], what: str) -> None:
     """The result's values came from integer bit operations (on x.view(torch.int32)), not floating-point arithmetic."""
     ops = sorted(lineage)
     arithmetic = sorted({op for op, dtype in map(_operator, ops)
-                         if op in _FLOAT_ARITHMETIC and dtype.startswith(("float", "bfloat"))})
+                         if op not in _FLOAT_MOVES and dtype.startswith(_FLOATING)})
     if arithmetic:
         fail(f"{what} rounded with floating-point arithmetic ({', '.join(arithmetic[:8])}): do the rounding with "
              "integer operations on x.view(torch.int32), as the exercise asks")
@@ -136,10 +158,16 @@ def expect_integer_method(lineage: set[str], what: str) -> None:
 def expect_rounded(round_to_bf16, x: torch.Tensor, how: str) -> None:
     """Bit-identical to torch's conversion (x.to(torch.bfloat16).float()), except that a NaN only has to stay
     NaN; no bfloat16 tensor made on the way, and the rounding done on integer bits (the call's trace)."""
-    want = _to(_to(x, torch.bfloat16), torch.float32)
     what = f"round_to_bf16({how})"
     with tracing(lineage=True) as trace:
         got = call(round_to_bf16, x, what=what)
+    expect_rounded_result(x, got, trace, what)
+
+
+def expect_rounded_result(x: torch.Tensor, got, trace, what: str) -> None:
+    """What expect_rounded judges, once the call is made: the values against torch's conversion, the dtypes the call
+    made and where the result's values came from (the call's trace)."""
+    want = _to(_to(x, torch.bfloat16), torch.float32)
     expect_tensor_like(got, tuple(want.shape), torch.float32, want.device, what)
     flat_x, flat_got, flat_want = x.reshape(-1), got.reshape(-1), want.reshape(-1)
     nan = _isnan(flat_want)

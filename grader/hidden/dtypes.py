@@ -4,9 +4,12 @@ from __future__ import annotations
 import torch
 
 from grader.exercises.dtypes import (KAHAN_SUM, ROUND_TO_BF16, SEQUENTIAL_SUM, SMALLEST_SUBNORMAL, UPDATE_LOSS_SCALE,
-                                     bits_to_float32, expect_new_state, expect_rounded, expect_subnormal, expect_sum)
+                                     bits_to_float32, expect_new_state, expect_rounded, expect_rounded_result,
+                                     expect_subnormal, expect_sum)
 from grader.expect import expect_type, fail
 from grader.inputs import layouts, randint
+from grader.scenario import run_scenario, tracing
+from grader.scenarios import dtypes as scenarios
 
 SUBNORMAL64 = 2.0**-1074
 _GradScaler = torch.amp.GradScaler  # the reference, bound before any student code runs
@@ -127,6 +130,25 @@ def shapes_and_layouts(round_to_bf16):
     for how, variant in layouts(x):
         expect_rounded(round_to_bf16, variant, f"a (6, 7) tensor, {how}")
     expect_rounded(round_to_bf16, x.t(), "a transposed (7, 6) tensor")
+
+
+@ROUND_TO_BF16.hidden
+def computed_from_x(round_to_bf16):
+    """the result is computed from x by torch operations, not rebuilt from NumPy arrays or Python numbers"""
+    upper = torch.randint(0, 0x7F7F, (1500,), dtype=torch.int32) << 16
+    bits = torch.cat([upper | torch.randint(0, 0x10000, (1500,), dtype=torch.int32), upper[:500] | 0x8000,
+                      torch.randint(-2**31, 2**31 - 1, (1000,), dtype=torch.int64).to(torch.int32)])
+    x = bits.view(torch.float32)
+    what = "round_to_bf16(3000 random values, exact ties and bit patterns)"
+    with tracing(lineage=True) as trace:
+        got = run_scenario(scenarios.round_marked, round_to_bf16, x.clone())
+    expect_rounded_result(x, got, trace, what)
+    if scenarios.MARK not in trace.lineage:
+        came = ", ".join(e.removeprefix("aten.") for e in sorted(trace.lineage)[:8]) or "no tensor operation"
+        fail(f"{what}: the result's values did not come from x through torch operations (they came from {came}): "
+             "a tensor rebuilt from NumPy or Python numbers (torch.from_numpy, torch.tensor(...)), or one made where "
+             "the grader cannot see, does not count; compute the result from x.view(torch.int32) with torch's "
+             "integer operations")
 
 
 # ---------------------------------------------------------------- sequential_sum and kahan_sum

@@ -14,8 +14,10 @@ from grader.exercises.initialization import (ACTIVATION_STDS, DEFAULT_LINEAR_BOU
                                              expect_mixture_values, expect_no_reseeding,
                                              expect_non_contiguous_mixture, expect_python_float, expect_repeats,
                                              mixture_fill, seed_draws, stds_of)
-from grader.expect import call, expect, expect_raises
+from grader.expect import call, expect, expect_raises, fail
 from grader.inputs import randint
+from grader.scenario import run_scenario
+from grader.scenarios import initialization as scenarios
 
 _NONLINEARITIES = ("linear", "sigmoid", "tanh", "relu", "leaky_relu")
 
@@ -204,6 +206,29 @@ def counts_vary_other_sizes(init_mixture_):
 def no_reseeding_again(init_mixture_):
     """two calls fill two tensors differently (the function must not reseed the generator)"""
     expect_no_reseeding(init_mixture_, (200, 300), 15)
+
+
+@INIT_MIXTURE.hidden
+def repeats_after_torch_manual_seed(init_mixture_):
+    """after the same torch.manual_seed(s), two calls fill w alike, whatever state NumPy's and Python's random are in"""
+    seed, shape = randint(0, 2**31 - 1), (200, 300)
+    first = randint(0, 2**31 - 1)
+    others = [first, first + 1 + randint(0, 2**20)]
+    where = f"init_mixture_(w) on a float32 tensor of shape {shape}"
+    try:
+        out = run_scenario(scenarios.mixture_repeats, init_mixture_, list(shape), seed, others)
+    except NotImplementedError:
+        raise
+    except RuntimeError as e:
+        fail(f"{where} raised RuntimeError: {str(e).splitlines()[0][:200] if str(e) else ''}")
+    for values in out:
+        expect_mixture_values(values, where)
+    differ = int((out[0] != out[1]).sum())
+    expect(differ == 0,
+           f"{where}, called twice, each time right after torch.manual_seed({seed}) (NumPy's and Python's random "
+           f"generators seeded differently before each call), wrote different values ({differ} of {out[0].numel()} "
+           "elements differ): draw from torch's random generator (torch.rand, torch.randint, uniform_...), which "
+           "torch.manual_seed makes repeat, not from NumPy's or Python's")
 
 
 # ---------------------------------------------------------------- seed_everything

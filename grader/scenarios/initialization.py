@@ -25,6 +25,8 @@ _Linear = torch.nn.Linear
 _torch_rand = torch.rand
 _get_rng_state, _set_rng_state = torch.get_rng_state, torch.set_rng_state
 _np_random = np.random.random
+_np_seed = np.random.seed
+_py_seed = random.seed
 _np_get_state, _np_set_state = np.random.get_state, np.random.set_state
 _py_random = random.random
 _py_getstate, _py_setstate = random.getstate, random.setstate
@@ -69,6 +71,29 @@ def mixture_fill(init_mixture_, shape, dtype, layout, seed, calls=1):
         out.append(_filled(weight, memory, returned))
         del weight, memory, returned
     return out
+
+
+def mixture_repeats(init_mixture_, shape, seed, other_seeds):
+    """init_mixture_ on fresh NaN-filled float32 tensors, one per entry of `other_seeds`, each call right after
+    torch.manual_seed(seed), with NumPy's and Python's random generators seeded with that entry first (so they are in
+    another state before each call): the values each call wrote, read through an alias of the tensor's memory. Both
+    generators' states are put back afterwards."""
+    np_state, py_state = _np_get_state(), _py_getstate()
+    try:
+        out = []
+        for other in other_seeds:
+            _np_seed(other)
+            _py_seed(other)
+            _manual_seed(seed)
+            weight = _blank(shape, torch.float32, "contiguous")
+            alias = weight.detach()
+            returned = init_mixture_(weight)
+            out.append(alias.clone())
+            del weight, alias, returned
+        return out
+    finally:
+        _np_set_state(np_state)
+        _py_setstate(py_state)
 
 
 def mixture_parameter(init_mixture_, in_features, out_features, seed):
