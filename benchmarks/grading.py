@@ -8,6 +8,9 @@
    Targets: <= 3.2 worker-seconds per notebook on average; 2 workers >= 1.8x one worker. `--rounds N` times
    every count N times in turn and judges on the medians: a virtual machine's speed varies from one minute to
    the next (the share of the cores' time its host kept, "stolen", is printed where there is any).
+   `--pinned` also times each count confined to as many cores as workers (sched_setaffinity), in the same
+   rounds: the scaling of the design itself, apart from what a lone worker's run gains by starting the next
+   kernel ahead on an idle core, which the unpinned speed-up (the target's) includes. Reported, not judged.
 2. `--students N`: a generated class of N students (solved, half solved, blank and hazardous, in turn) instead,
    with worker-seconds per notebook by kind of student.
 3. The sandbox's cost: the demo cohort with `--sandbox on` and `--sandbox off`, alternately; target <= 1.05x.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -63,17 +67,25 @@ def build_class(root: Path, students: int) -> Path:
 
 BUSY: dict[Path, float] = {}  # OUT -> cores busy on average while it was graded (the whole machine's, psutil)
 STOLEN: dict[Path, float] = {}  # OUT -> of that time, the share a virtual machine's host kept its cores (steal)
+CORES: dict[Path, int] = {}  # OUT -> the cores its run could use
 
 
-def grade(cohort: Path, out: Path, workers: int, *flags: str) -> float:
+def grade(cohort: Path, out: Path, workers: int, *flags: str, cores: int | None = None) -> float:
     """Wall seconds of `python -m grader grade` into a fresh OUT (nothing reused); how many cores the machine kept
-    busy meanwhile goes to BUSY (a speed-up short of the worker count with every core busy is the CPU's limit)."""
+    busy meanwhile goes to BUSY (a speed-up short of the worker count with every core busy is the CPU's limit).
+    `cores`: the run and every process it starts confined to that many of this process's cores."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cores is not None and not 0 < cores <= len(allowed):
+        raise ValueError(f"cannot confine a run to {cores} cores: this process may run on {len(allowed)}")
+    confine = (lambda: os.sched_setaffinity(0, allowed[:cores])) if cores is not None else None
     before, start = psutil.cpu_times(), time.perf_counter()
     subprocess.run([sys.executable, "-m", "grader", "grade", str(cohort), "--out", str(out), "--workers",
-                    str(workers), "--seed", SEED, *flags], cwd=ROOT, check=True, stderr=subprocess.DEVNULL)
+                    str(workers), "--seed", SEED, *flags], cwd=ROOT, check=True, stderr=subprocess.DEVNULL,
+                   preexec_fn=confine)
     wall, after = time.perf_counter() - start, psutil.cpu_times()
     busy = sum(getattr(after, k, 0.0) - getattr(before, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq"))
     BUSY[out] = busy / wall
+    CORES[out] = cores or len(allowed)
     STOLEN[out] = (getattr(after, "steal", 0.0) - getattr(before, "steal", 0.0)) / (wall * default_workers())
     return wall
 
@@ -98,6 +110,8 @@ def report(label: str, out: Path, wall: float) -> float:
     total = sum(r["seconds"] for r in graded) or 1.0
     shares = ", ".join(f"{k} {100 * phases[k] / total:.0f}%" for k in ("start", "cells", "checks"))
     busy = f", {BUSY[out]:.2f} of {default_workers()} cores busy" if out in BUSY else ""
+    if CORES.get(out, default_workers()) < default_workers():
+        busy += f" (the run confined to {CORES[out]})"
     if STOLEN.get(out, 0.0) >= 0.005:
         busy += f" ({100 * STOLEN[out]:.0f}% of their time stolen by the host)"
     print(f"  {label:<28} {wall:7.1f} s wall, {len(graded) / wall:5.2f} notebooks/s{busy}, "
@@ -118,21 +132,30 @@ def worker_counts(cores: int) -> list[int]:
     return sorted({1, *(2**k for k in range(1, 8) if 2**k <= cores), cores})
 
 
-def scaling(cohort: Path, root: Path, label: str, counts: list[int], whole: bool = True, rounds: int = 1) -> None:
+def scaling(cohort: Path, root: Path, label: str, counts: list[int], whole: bool = True, rounds: int = 1,
+            pinned: bool = False) -> None:
     """Grade COHORT with each worker count (and once whole): the figures, the speed-ups, and whether grades agree.
     `rounds` > 1: every count once per round, in turn, so that a slow spell of the machine (a virtual machine's
-    host taking its cores: "stolen") falls on each alike; the targets are judged on the rounds' medians."""
+    host taking its cores: "stolen") falls on each alike; the targets are judged on the rounds' medians.
+    `pinned`: each count also confined to as many cores as workers, in the same rounds (reported, not judged)."""
     print(f"\n{label}: --seed {SEED}, {default_workers()} cores" + (f", {rounds} rounds" if rounds > 1 else ""))
-    walls: dict[int, list[float]] = defaultdict(list)
+    modes = [None, "pinned"] if pinned else [None]  # "pinned": n workers on n cores (counts up to the cores)
+    walls: dict[tuple[str | None, int], list[float]] = defaultdict(list)
     per: dict[int, list[float]] = defaultdict(list)
     outs = []
     for r in range(rounds):
-        for n in counts:
-            out = root / f"{label}-{n}-{r}"
-            wall = grade(cohort, out, n)
-            walls[n].append(wall)
-            per[n].append(report(f"--workers {n}" + (f" (round {r + 1})" if rounds > 1 else ""), out, wall))
-            outs.append(out)
+        for mode in modes:
+            for n in counts:
+                if mode == "pinned" and n > default_workers():
+                    continue
+                out = root / (f"{label}-{n}-{r}" + ("-pinned" if mode else ""))
+                wall = grade(cohort, out, n, cores=n if mode else None)
+                walls[(mode, n)].append(wall)
+                where = f" on {n} core{'s' if n > 1 else ''}" if mode else ""
+                seconds = report(f"--workers {n}{where}" + (f" (round {r + 1})" if rounds > 1 else ""), out, wall)
+                if mode is None:
+                    per[n].append(seconds)
+                outs.append(out)
     if whole:
         out = root / f"{label}-whole"
         report(f"--workers {counts[-1]} --whole-notebooks", out, grade(cohort, out, counts[-1], "--whole-notebooks"))
@@ -141,12 +164,19 @@ def scaling(cohort: Path, root: Path, label: str, counts: list[int], whole: bool
         one = statistics.median(per[1])
         print(f"  worker-seconds per notebook, 1 worker: {one:.2f}  (target <= {PER_NOTEBOOK_TARGET})  "
               f"{'PASS' if one <= PER_NOTEBOOK_TARGET else 'FAIL'}")
-        for n in counts[1:]:
-            ratios = [a / b for a, b in zip(walls[1], walls[n])]
-            speedup = statistics.median(ratios)
-            each = f" (median of the rounds: {', '.join(f'{x:.2f}' for x in ratios)})" if rounds > 1 else ""
-            target = f"  (target >= {SPEEDUP_TARGET})  {'PASS' if speedup >= SPEEDUP_TARGET else 'FAIL'}" if n == 2 else ""
-            print(f"  speed-up with {n} workers: {speedup:.2f}x{each}{target}")
+        for mode in modes:
+            for n in counts[1:]:
+                if (mode, n) not in walls:
+                    continue
+                ratios = [a / b for a, b in zip(walls[(mode, 1)], walls[(mode, n)])]
+                speedup = statistics.median(ratios)
+                each = f" (median of the rounds: {', '.join(f'{x:.2f}' for x in ratios)})" if rounds > 1 else ""
+                if mode:
+                    print(f"  speed-up with {n} workers on {n} cores, against 1 worker on 1 core: {speedup:.2f}x{each}")
+                    continue
+                target = (f"  (target >= {SPEEDUP_TARGET})  {'PASS' if speedup >= SPEEDUP_TARGET else 'FAIL'}"
+                          if n == 2 else "")
+                print(f"  speed-up with {n} workers: {speedup:.2f}x{each}{target}")
     grades = {(o / "grades.csv").read_bytes() for o in outs}
     print(f"  grades.csv identical for every run above: {len(grades) == 1}")
 
@@ -212,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the --whole-notebooks run that grades.csv is compared with")
     parser.add_argument("--rounds", type=int, default=1, help="time every worker count this many times, in turn; "
                                                               "judge the targets on the medians (a noisy machine)")
+    parser.add_argument("--pinned", action="store_true", help="also time each worker count on as many cores as "
+                                                              "workers, in the same rounds")
     args = parser.parse_args(argv)
     counts = args.workers or worker_counts(default_workers())
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
@@ -219,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.sandbox_only:
             if args.students:
                 scaling(build_class(root / "class", args.students), root, f"a class of {args.students}", counts,
-                        not args.no_whole_notebooks, args.rounds)
+                        not args.no_whole_notebooks, args.rounds, args.pinned)
             else:
-                scaling(DEMO, root, "the demo cohort", counts, not args.no_whole_notebooks, args.rounds)
+                scaling(DEMO, root, "the demo cohort", counts, not args.no_whole_notebooks, args.rounds, args.pinned)
         if not args.no_sandbox_cost:
             sandbox_cost(root)
         round_trip(root)
