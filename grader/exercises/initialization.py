@@ -379,17 +379,21 @@ def unknown_names(activation_stds):
 
 # ---------------------------------------------------------------- init_mixture_
 
-def mixture_fill(init_mixture_, shape, dtype=torch.float32, layout="contiguous", seed=0, calls=1):
-    """The scenario's records for init_mixture_ on fresh NaN-filled tensors, with a clear failure for an error."""
-    where = f"init_mixture_(w) on a {str(dtype).removeprefix('torch.')} tensor of shape {tuple(shape)}" + (
-        f" ({layout})" if layout != "contiguous" else "")
+def run_mixture(where: str, scenario, *args):
+    """run_scenario(scenario, *args), a RuntimeError of the student's init_mixture_ failed as one line naming `where`."""
     try:
-        out = run_scenario(scenarios.mixture_fill, init_mixture_, list(shape), dtype, layout, seed, calls)
+        return run_scenario(scenario, *args)
     except NotImplementedError:
         raise
     except RuntimeError as e:
         fail(f"{where} raised RuntimeError: {str(e).splitlines()[0][:200] if str(e) else ''}")
-    return out, where
+
+
+def mixture_fill(init_mixture_, shape, dtype=torch.float32, layout="contiguous", seed=0, calls=1):
+    """The scenario's records for init_mixture_ on fresh NaN-filled tensors, with a clear failure for an error."""
+    where = f"init_mixture_(w) on a {str(dtype).removeprefix('torch.')} tensor of shape {tuple(shape)}" + (
+        f" ({layout})" if layout != "contiguous" else "")
+    return run_mixture(where, scenarios.mixture_fill, init_mixture_, list(shape), dtype, layout, seed, calls), where
 
 
 def expect_filled_in_place(record, where):
