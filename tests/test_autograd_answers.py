@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 
 import pytest
 import torch
@@ -671,39 +672,27 @@ def jacobian_on_the_callers_x(f, x):
     return torch.stack(rows).reshape(y.shape + x.shape).detach()
 
 
-class SiLUAtenBackwardFirstOrder(torch.autograd.Function):
+class SiLUAtenBackwardFirstOrder(SiLUSaveSigmoid):
     """The formula where a second derivative is taken (gradgradcheck), the library's derivative everywhere else."""
 
     @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * torch.sigmoid(x)
-
-    @staticmethod
     def backward(ctx, g):
-        (x,) = ctx.saved_tensors
         if torch.is_grad_enabled():
-            s = torch.sigmoid(x)
-            return g * s * (1 + x * (1 - s))
+            return SiLUSaveSigmoid.backward(ctx, g)
+        (x,) = ctx.saved_tensors
         return torch.ops.aten.silu_backward(g, x)
 
 
 _SCRIPTED_SILU = torch.jit.script(torch.nn.SiLU())  # TorchScript calls aten's silu from C++, never through Python
 
 
-class SiLUScripted(SiLUAtenBackwardFirstOrder):
+class SiLUScripted(SiLUSaveSigmoid):
     """The library's SiLU in forward through a TorchScript module; the derivative's formula in backward."""
 
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
         return _SCRIPTED_SILU(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        s = torch.sigmoid(x)
-        return g * s * (1 + x * (1 - s))
 
 
 # ---- issue 26: a forbidden job done under another name, or a stated method skipped
@@ -1190,33 +1179,12 @@ def grad_engine(x, w, target):
     w = w.detach().requires_grad_()
     loss = 0.5 * ((x @ w - target) ** 2).sum()
     return ENGINE.run_backward((loss,), (torch.ones_like(loss),), False, False, (w,), False)[0]
-def accumulate_scaled(model, loss_fn, micro_batches, optimizer):
-    optimizer.zero_grad()
-    for x, y in micro_batches:
-        (loss_fn(model(x), y) / len(micro_batches)).backward()
-    optimizer.step()
-def accumulate_one_backward(model, loss_fn, micro_batches, optimizer):
-    optimizer.zero_grad()
-    (sum(loss_fn(model(x), y) for x, y in micro_batches) / len(micro_batches)).backward()
-    optimizer.step()
-_SCRIPTED = torch.jit.script(torch.nn.SiLU())
-class SiLUOwn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * torch.sigmoid(x)
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        s = torch.sigmoid(x)
-        return g * s * (1 + x * (1 - s))
-class SiLUScripted(SiLUOwn):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return _SCRIPTED(x)
-silu_own, silu_scripted = SiLUOwn.apply, SiLUScripted.apply
 '''
+# The same answers as in this process, as source the kernel runs.
+KERNEL_CELL += "\n\n".join(inspect.getsource(answer) for answer in (
+    accumulate_scaled, accumulate_one_backward, SiLUSaveSigmoid, SiLUScripted))
+KERNEL_CELL += "\n_SCRIPTED_SILU = torch.jit.script(torch.nn.SiLU())\n"
+KERNEL_CELL += "silu_own, silu_scripted = SiLUSaveSigmoid.apply, SiLUScripted.apply\n"
 
 
 @pytest.fixture(scope="module")
@@ -1231,7 +1199,7 @@ IN_A_KERNEL = [
     ("jacobian", "jacobian_rows", ""), ("jacobian", "jacobian_batched", "ran 1 backward pass(es) (batched"),
     ("accumulate_step", "accumulate_scaled", ""),
     ("accumulate_step", "accumulate_one_backward", "ran micro-batch 2's forward before backpropagating"),
-    ("silu", "SiLUOwn,silu_own", ""), ("silu", "SiLUScripted,silu_scripted", "not call torch.ops.aten.silu"),
+    ("silu", "SiLUSaveSigmoid,silu_own", ""), ("silu", "SiLUScripted,silu_scripted", "not call torch.ops.aten.silu"),
 ]
 
 
