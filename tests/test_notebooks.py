@@ -51,3 +51,13 @@ def test_solution_ends_by_asserting_every_check_passes(path):
     assert f'assert_all_pass(globals(), "{chapter_of(path)}")' in last.source
     shown = "".join(o.get("text", "") for o in last.get("outputs", []))
     assert "exercises pass all" in shown, "re-run the solution notebook (python -m grader execute)"
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_no_cell_writes_to_a_fixed_path_outside_the_notebooks_own_folders(path):
+    """Caught: a cell that saves a figure to "/tmp/ch10_step.png", which exists on no Windows machine and is left
+    behind on every other; a chapter's files go in the folder it makes with tempfile.mkdtemp."""
+    nb = nbformat.read(path, as_version=4)
+    fixed = [line.strip() for c in nb.cells if c.cell_type == "code" for line in c.source.splitlines()
+             if re.search(r"""["'](/tmp|/var/tmp|C:\\\\)""", line)]
+    assert fixed == [], fixed
