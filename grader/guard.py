@@ -173,7 +173,7 @@ class _Watch(TorchDispatchMode):
         super().__init__()
         self.guard, self.refused_ops, self.lineage = guard, ops, lineage
         self.counts, self.dtypes, self.tasks, self.written = {}, {}, set(), set()
-        self.graph_ops = 0
+        self.graph_ops = self.made = 0
         self.sources, self.kept = {}, []
         self._names, self._writes = {}, {}
 
@@ -212,6 +212,7 @@ class _Watch(TorchDispatchMode):
         outs = _tensors(out)
         for t in outs:
             self.dtypes[t.dtype] = None
+            self.made += t.numel()
         if self.lineage:
             came = set()
             for t in ins:
@@ -472,7 +473,8 @@ class Guard:
 
     def data(self, args: tuple = (), result: Any = None) -> dict | None:
         """The trace as plain data (None when none was asked for, or an outer guard watched): the operators run and how
-        often, the dtypes they made, the backward passes started, how many operators outside them autograd recorded
+        often, the dtypes they made and how many values (their results' elements, views included), the backward
+        passes started, how many operators outside them autograd recorded
         (an input requires grad, grad mode on), which positional arguments' storages an operator wrote and, with
         lineage, the operators the result's values came from ("aten.bitwise_and:int32")."""
         watch = self._watch
@@ -491,5 +493,5 @@ class Guard:
                     came |= watch.sources.get(_key(t), set())
             lineage = sorted(came)
         return {"ops": dict(watch.counts), "dtypes": [str(d).removeprefix("torch.") for d in watch.dtypes],
-                "backward_passes": len(watch.tasks),
+                "made": watch.made, "backward_passes": len(watch.tasks),
                 "graph_ops": watch.graph_ops, "written": written, "lineage": lineage}

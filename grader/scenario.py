@@ -135,6 +135,7 @@ class Trace:
     student's kernel when grading: grader/guard.py, sent back as plain data) and summed over the block's calls.
 
     ops: aten operator -> times run ("aten.bitwise_and"); dtypes: the dtypes of the tensors they made, in order;
+    made: the elements of every tensor the operators returned (views included), a measure of the work done;
     backward_passes: autograd backward passes started (by any route into the engine); graph_ops: operators autograd
     recorded outside them (on a tensor that requires grad, grad mode on: a graph being built); written: the positions
     of a call's tensor arguments whose storage an operator wrote (a scenario's own arguments, for a scenario);
@@ -150,16 +151,17 @@ class Trace:
             return
         if not isinstance(data, dict):
             raise RuntimeError("the trace of the student's call could not be read")
-        ops, dtypes, passes = data.get("ops"), data.get("dtypes"), data.get("backward_passes")
+        ops, dtypes, passes, made = data.get("ops"), data.get("dtypes"), data.get("backward_passes"), data.get("made")
         graph_ops, written, lineage = data.get("graph_ops"), data.get("written"), data.get("lineage")
         if not (isinstance(ops, dict) and all(type(k) is str and type(v) is int for k, v in ops.items())
                 and isinstance(dtypes, list) and all(type(d) is str for d in dtypes) and type(passes) is int
+                and type(made) is int
                 and type(graph_ops) is int
                 and isinstance(written, list) and all(type(i) is int for i in written)
                 and (lineage is None or isinstance(lineage, list) and all(type(e) is str for e in lineage))):
             raise RuntimeError("the trace of the student's call could not be read")
-        self.calls.append({"ops": ops, "dtypes": dtypes, "backward_passes": passes, "graph_ops": graph_ops,
-                           "written": written, "lineage": lineage})
+        self.calls.append({"ops": ops, "dtypes": dtypes, "made": made, "backward_passes": passes,
+                           "graph_ops": graph_ops, "written": written, "lineage": lineage})
 
     @property
     def ops(self) -> dict[str, int]:
@@ -172,6 +174,10 @@ class Trace:
     @property
     def dtypes(self) -> list[str]:
         return list(dict.fromkeys(d for c in self.calls for d in c["dtypes"]))
+
+    @property
+    def made(self) -> int:
+        return sum(c["made"] for c in self.calls)
 
     @property
     def backward_passes(self) -> int:

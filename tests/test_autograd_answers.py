@@ -38,6 +38,33 @@ def linear_grad_rows(x, w, target):
     return total
 
 
+def linear_grad_outer_broadcast(x, w, target):
+    """Every row's outer product at once, broadcast, summed over the batch: batch*d_in*d_out values, no loop."""
+    return (x.unsqueeze(2) * (x @ w - target).unsqueeze(1)).sum(0)
+
+
+def linear_grad_columns(x, w, target):
+    """One matrix-vector product per output column."""
+    return torch.stack([x.T @ (x @ w[:, j] - target[:, j]) for j in range(w.shape[1])], dim=1)
+
+
+def linear_grad_entries(x, w, target):
+    """Entry by entry from the derived formula, the residual computed once (slow, but derived)."""
+    residual = x @ w - target
+    grad = torch.empty_like(w)
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            grad[i, j] = (x[:, i] * residual[:, j]).sum()
+    return grad
+
+
+def linear_grad_float64_printing(x, w, target):
+    """In float64 and back, printing the residual on the way (printing takes Python numbers from tensors)."""
+    residual = x.double() @ w.double() - target.double()
+    print("residual:", residual[0])
+    return (x.double().T @ residual).to(w.dtype)
+
+
 def vjp_backward(f, x, v):
     x = x.detach().clone().requires_grad_(True)
     y = f(x)
@@ -249,6 +276,8 @@ def psf_per_layer(batch, dims):
 CORRECT = [
     ("linear_loss_grad", [lambda x, w, target: x.T @ (x @ w - target)]), ("linear_loss_grad", [linear_grad_einsum]),
     ("linear_loss_grad", [linear_grad_addmm]), ("linear_loss_grad", [linear_grad_rows]),
+    ("linear_loss_grad", [linear_grad_outer_broadcast]), ("linear_loss_grad", [linear_grad_columns]),
+    ("linear_loss_grad", [linear_grad_entries]), ("linear_loss_grad", [linear_grad_float64_printing]),
     ("vjp", [vjp_backward]), ("vjp", [vjp_grad]), ("vjp", [vjp_inputs]),
     ("jacobian", [jacobian_rows]), ("jacobian", [jacobian_eye]), ("jacobian", [jacobian_one_graph]),
     ("gradient_norm_penalty", [penalty_cat]), ("gradient_norm_penalty", [penalty_linalg]),
@@ -1067,6 +1096,83 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
     assert_caught("autograd", wrong, public_only=True)
 
 
+# ---------------------------------------------------------------- linear_loss_grad measured instead of derived
+
+def linear_grad_finite_differences(x, w, target):
+    """Central differences in float64: exact for a quadratic loss, so every value check passes."""
+    x64, w64, t64 = x.double(), w.double(), target.double()
+
+    def loss(weights):
+        return 0.5 * ((x64 @ weights - t64) ** 2).sum()
+    grad = torch.zeros_like(w64)
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            nudge = torch.zeros_like(w64)
+            nudge[i, j] = 1.0
+            grad[i, j] = (loss(w64 + nudge) - loss(w64 - nudge)) / 2
+    return grad.to(w.dtype)
+
+
+def linear_grad_finite_differences_batched(x, w, target):
+    """Every nudge at once: one batched forward pass, a handful of operations, no loop."""
+    d_in, d_out = w.shape
+    nudges = torch.eye(d_in * d_out, dtype=torch.float64).reshape(-1, d_in, d_out)
+
+    def losses(weights):
+        return 0.5 * ((x.double() @ weights - target.double()) ** 2).sum((1, 2))
+    return ((losses(w.double() + nudges) - losses(w.double() - nudges)) / 2).reshape(d_in, d_out).to(w.dtype)
+
+
+def linear_grad_residual_per_weight(x, w, target):
+    """Derived, but the whole forward pass run again for each weight."""
+    grad = torch.empty_like(w)
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            residual = x @ w - target
+            grad[i, j] = (x[:, i] * residual[:, j]).sum()
+    return grad
+
+
+def linear_grad_numpy_differences(x, w, target):
+    """Finite differences where the trace cannot see them: in NumPy."""
+    import numpy as np
+    xs, ws, ts = (np.asarray(a.detach(), dtype=np.float64) for a in (x, w, target))
+    grad = np.zeros_like(ws)
+    for i in range(ws.shape[0]):
+        for j in range(ws.shape[1]):
+            nudge = np.zeros_like(ws)
+            nudge[i, j] = 1.0
+            grad[i, j] = (((xs @ (ws + nudge) - ts) ** 2).sum() - ((xs @ (ws - nudge) - ts) ** 2).sum()) / 4
+    return torch.tensor(grad, dtype=w.dtype)
+
+
+def linear_grad_dlpack(x, w, target):
+    """The same detour through DLPack, which asks the tensor itself rather than calling .numpy()."""
+    import numpy as np
+    xs, ws, ts = (np.from_dlpack(a.detach().contiguous()).astype(np.float64) for a in (x, w, target))
+    return torch.tensor(xs.T @ (xs @ ws - ts), dtype=w.dtype)
+
+
+MEASURED = [  # the value checks pass all but the detours; about_one_matrix_product_of_work is hidden
+    W("linear_loss_grad", linear_grad_finite_differences, "about_one_matrix_product_of_work", "finite differences"),
+    W("linear_loss_grad", linear_grad_finite_differences_batched, "about_one_matrix_product_of_work",
+      "finite differences"),
+    W("linear_loss_grad", linear_grad_residual_per_weight, "about_one_matrix_product_of_work",
+      "a forward pass per weight"),
+    W("linear_loss_grad", linear_grad_numpy_differences, "one_output", "not call torch.Tensor.numpy"),
+    W("linear_loss_grad", linear_grad_dlpack, "one_output", "not call torch.Tensor.__dlpack__"),
+]
+
+
+@pytest.mark.parametrize("wrong", MEASURED, ids=ids(MEASURED))
+def test_a_gradient_measured_instead_of_derived_fails(wrong):
+    """Caught by about_one_matrix_product_of_work (the values the call's operations produced, weighed against one
+    x.T @ r) or, for a detour that hides them, by the forbid list; the first three pass every value check."""
+    result = assert_caught("autograd", wrong)
+    if wrong.check == "about_one_matrix_product_of_work":
+        assert [c.name for c in result.checks if not c.passed] == [wrong.check], failures(result)
+
+
 @pytest.mark.parametrize("answer", [jacobian_batched, jacobian_vmap, jacobian_two_batches],
                          ids=["is_grads_batched", "vmap", "two_batches"])
 def test_the_batched_jacobians_are_right_in_every_value(answer):
@@ -1175,6 +1281,19 @@ def jacobian_batched(f, x):
     return torch.autograd.grad(y, xr, eye, is_grads_batched=True)[0].reshape(y.shape + x.shape)
 def grad_by_hand(x, w, target):
     return x.T @ (x @ w - target)
+def grad_differences(x, w, target):
+    w64 = w.double()
+    loss = lambda weights: 0.5 * ((x.double() @ weights - target.double()) ** 2).sum()
+    grad = torch.zeros_like(w64)
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            nudge = torch.zeros_like(w64)
+            nudge[i, j] = 1.0
+            grad[i, j] = (loss(w64 + nudge) - loss(w64 - nudge)) / 2
+    return grad.to(w.dtype)
+def grad_numpy(x, w, target):
+    xs, ws, ts = (a.detach().double().numpy() for a in (x, w, target))
+    return torch.tensor(xs.T @ (xs @ ws - ts), dtype=w.dtype)
 def grad_engine(x, w, target):
     w = w.detach().requires_grad_()
     loss = 0.5 * ((x @ w - target) ** 2).sum()
@@ -1195,6 +1314,8 @@ def kernel_bridge(grading_bridge):
 IN_A_KERNEL = [
     ("linear_loss_grad", "grad_by_hand", ""),
     ("linear_loss_grad", "grad_engine", "not call torch.autograd.Variable._execution_engine.run_backward"),
+    ("linear_loss_grad", "grad_differences", "finite differences"),
+    ("linear_loss_grad", "grad_numpy", "not call torch.Tensor.numpy"),
     ("vjp", "vjp_ok", ""), ("vjp", "vjp_borrows_x", "wrote into the caller's x"),
     ("jacobian", "jacobian_rows", ""), ("jacobian", "jacobian_batched", "ran 1 backward pass(es) (batched"),
     ("accumulate_step", "accumulate_scaled", ""),

@@ -33,6 +33,23 @@ def random_shapes_and_layouts(linear_loss_grad):
                                f"x {tuple(x.shape)}, w {tuple(w.shape)}, {str(dtype)[6:]}, {name}")
 
 
+@LINEAR_LOSS_GRAD.hidden
+def about_one_matrix_product_of_work(linear_loss_grad):
+    """the gradient is derived, not measured: no loss evaluated at nudged weights (finite differences), no forward
+    pass per weight"""
+    b, d_in, d_out = randint(12, 20), randint(20, 28), randint(16, 24)
+    x, w, t = torch.randn(b, d_in), torch.randn(d_in, d_out), torch.randn(b, d_out)
+    how = f"x ({b}, {d_in}), w ({d_in}, {d_out}), target ({b}, {d_out})"
+    made = expect_linear_grad(linear_loss_grad, x, w, t, how).made
+    # x.T @ (x @ w - target) produces b*d_in + 2*b*d_out + d_in*d_out values; a broadcast outer product summed over
+    # the batch, b*d_in*d_out. Finite differences evaluate the loss 2*d_in*d_out times (each b*d_out values at least).
+    allowed = 4 * b * d_in * d_out + 10 * (b * d_in + b * d_out + d_in * d_out)
+    expect(made <= allowed, f"linear_loss_grad({how}) made its tensor operations produce {made:,} values, "
+                            f"{made / (b * d_in * d_out):.0f} times the {b * d_in * d_out:,} multiplications of "
+                            "x.T @ r: that is the loss evaluated at nudged weights (finite differences) or a forward "
+                            "pass per weight. Derive dL/dw by the chain rule and compute it once, with matrix operations")
+
+
 @VJP.hidden
 def one_backward_pass_wide(vjp):
     """a VJP is one backward pass: f: (8,) -> (8, 50) must not be differentiated 400 times (no full Jacobian)"""
