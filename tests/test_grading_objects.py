@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,8 @@ FAST = ["--timeout", "6", "--check-timeout", "10", "--notebook-timeout", "300", 
 # This grading run's temporary folder (its TMPDIR): every kernel's command line or environment names it, in
 # the sandbox too (where a kernel inherits no variable of the grading command), and so do the processes a
 # kernel starts (spawned ranks). Tests in other workers grade too; their folders differ.
-RUN_TMP = Path(tempfile.mkdtemp(prefix=f"object-hazards-{os.getpid()}-"))
+# Made by the fixture below, which removes it: the other pytest workers import this module too.
+RUN_TMP = Path(tempfile.gettempdir()) / f"object-hazards-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def grade_processes() -> list[psutil.Process]:
@@ -49,6 +51,7 @@ def grade_processes() -> list[psutil.Process]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("object-hazards")
+    RUN_TMP.mkdir(mode=0o700)
     subs = hazards_objects.build(root / "submissions")
     out = root / "out"
     log = root / "stderr.txt"  # a file, not a pipe: nobody reads a pipe while the run goes on

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -97,12 +98,29 @@ def templates() -> list[psutil.Process]:
     return found
 
 
+_TOPS: list[Path] = []  # the folders notebook_top made under /tmp, removed after the module's last test
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_tops():
+    yield
+    for top in _TOPS:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def notebook_top() -> Path:
+    """A folder under /tmp (short: a kernel's socket paths must fit) that a kernel user can pass through."""
+    top = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))
+    top.chmod(0o711)
+    _TOPS.append(top)
+    return top
+
+
 def probe(isolation, ahead: bool = False, fork: bool = True) -> tuple[dict, NotebookKernel, dict[str, int],
                                                                        dict[str, int]]:
     """Start a kernel for a notebook folder holding one file, run PROBE in it; what it saw, the kernel, and the
     namespaces (as seen from here) of the kernel and of the sandbox (bubblewrap's first process)."""
-    top = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))
-    top.chmod(0o711)
+    top = notebook_top()
     folder = top / "run"
     (folder / "notebooks").mkdir(parents=True)
     (folder / "notebooks" / "data.txt").write_text("the notebook's file\n")
@@ -171,8 +189,7 @@ def test_set_up_kernels_hold_the_public_grader_alone_and_run_needs_cells(isolati
     shell (the template has no shell: the bridge's set-up registers it); a launched kernel is the same."""
     from grader.autograde.bridge import grading_kernel
 
-    top = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))
-    top.chmod(0o711)
+    top = notebook_top()
     (top / "run" / "notebooks").mkdir(parents=True)
     cells = ["def twice(x):\n    return 2 * x\n", "%%needs twice\nRAN = twice(21)\n"]
     kernel = NotebookKernel(cells, top / "run" / "notebooks", Limits(), isolation=isolation, folder=top / "run")
