@@ -1281,19 +1281,6 @@ def jacobian_batched(f, x):
     return torch.autograd.grad(y, xr, eye, is_grads_batched=True)[0].reshape(y.shape + x.shape)
 def grad_by_hand(x, w, target):
     return x.T @ (x @ w - target)
-def grad_differences(x, w, target):
-    w64 = w.double()
-    loss = lambda weights: 0.5 * ((x.double() @ weights - target.double()) ** 2).sum()
-    grad = torch.zeros_like(w64)
-    for i in range(w.shape[0]):
-        for j in range(w.shape[1]):
-            nudge = torch.zeros_like(w64)
-            nudge[i, j] = 1.0
-            grad[i, j] = (loss(w64 + nudge) - loss(w64 - nudge)) / 2
-    return grad.to(w.dtype)
-def grad_numpy(x, w, target):
-    xs, ws, ts = (a.detach().double().numpy() for a in (x, w, target))
-    return torch.tensor(xs.T @ (xs @ ws - ts), dtype=w.dtype)
 def grad_engine(x, w, target):
     w = w.detach().requires_grad_()
     loss = 0.5 * ((x @ w - target) ** 2).sum()
@@ -1301,7 +1288,8 @@ def grad_engine(x, w, target):
 '''
 # The same answers as in this process, as source the kernel runs.
 KERNEL_CELL += "\n\n".join(inspect.getsource(answer) for answer in (
-    accumulate_scaled, accumulate_one_backward, SiLUSaveSigmoid, SiLUScripted))
+    accumulate_scaled, accumulate_one_backward, SiLUSaveSigmoid, SiLUScripted, linear_grad_finite_differences,
+    linear_grad_numpy_differences))
 KERNEL_CELL += "\n_SCRIPTED_SILU = torch.jit.script(torch.nn.SiLU())\n"
 KERNEL_CELL += "silu_own, silu_scripted = SiLUSaveSigmoid.apply, SiLUScripted.apply\n"
 
@@ -1314,8 +1302,8 @@ def kernel_bridge(grading_bridge):
 IN_A_KERNEL = [
     ("linear_loss_grad", "grad_by_hand", ""),
     ("linear_loss_grad", "grad_engine", "not call torch.autograd.Variable._execution_engine.run_backward"),
-    ("linear_loss_grad", "grad_differences", "finite differences"),
-    ("linear_loss_grad", "grad_numpy", "not call torch.Tensor.numpy"),
+    ("linear_loss_grad", "linear_grad_finite_differences", "finite differences"),
+    ("linear_loss_grad", "linear_grad_numpy_differences", "not call torch.Tensor.numpy"),
     ("vjp", "vjp_ok", ""), ("vjp", "vjp_borrows_x", "wrote into the caller's x"),
     ("jacobian", "jacobian_rows", ""), ("jacobian", "jacobian_batched", "ran 1 backward pass(es) (batched"),
     ("accumulate_step", "accumulate_scaled", ""),
