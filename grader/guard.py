@@ -212,7 +212,11 @@ class _Watch(TorchDispatchMode):
         outs = _tensors(out)
         for t in outs:
             self.dtypes[t.dtype] = None
-            self.made += t.numel()
+            try:
+                made = t.numel()
+            except Exception:  # a tensor kind that cannot say (nested, sizes still symbolic): not counted
+                made = 0
+            self.made += made if type(made) is int else 0
         if self.lineage:
             came = set()
             for t in ins:
@@ -474,9 +478,9 @@ class Guard:
     def data(self, args: tuple = (), result: Any = None) -> dict | None:
         """The trace as plain data (None when none was asked for, or an outer guard watched): the operators run and how
         often, the dtypes they made and how many values (their results' elements, views included), the backward
-        passes started, how many operators outside them autograd recorded
-        (an input requires grad, grad mode on), which positional arguments' storages an operator wrote and, with
-        lineage, the operators the result's values came from ("aten.bitwise_and:int32")."""
+        passes started, how many operators outside them autograd recorded (an input requires grad, grad mode on),
+        which positional arguments' storages an operator wrote and, with lineage, the operators the result's values
+        came from ("aten.bitwise_and:int32")."""
         watch = self._watch
         if watch is None:
             return None
