@@ -208,10 +208,22 @@ def test_sandbox_on_refuses_to_grade_without_bubblewrap(tmp_path):
 
 
 def test_sandbox_auto_without_bubblewrap_grades_and_warns_in_the_output_and_every_record(tmp_path):
-    run = grade(one_student(tmp_path, by_name_only=True), tmp_path / "out", "--sandbox", "auto",
-                env={"GRADER_BWRAP": "/nonexistent/bwrap"},
-                workers=1)
+    """Also caught: a kernel without a sandbox whose temporary files land in this machine's temporary folder and stay
+    there (chapter 10's working folder, every notebook); they belong in the notebook's own folder, removed with it."""
+    cohort = one_student(tmp_path, by_name_only=True)
+    notebook = cohort / "Bo" / "01_tensors.ipynb"
+    nb = cheats.nbformat.read(notebook, as_version=4)
+    nb.cells.append(cheats.nbformat.v4.new_code_cell('import tempfile\nLEFT = tempfile.mkdtemp(prefix="left-by-bo-")'))
+    cheats.nbformat.write(nb, notebook)
+    machine_tmp = Path(tempfile.mkdtemp(prefix="machine-", dir="/tmp"))  # short: the grader's sockets go in it
+    try:
+        run = grade(cohort, tmp_path / "out", "--sandbox", "auto",
+                    env={"GRADER_BWRAP": "/nonexistent/bwrap", "TMPDIR": str(machine_tmp)}, workers=1)
+        left = sorted(p.name for p in machine_tmp.iterdir())
+    finally:
+        shutil.rmtree(machine_tmp, ignore_errors=True)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert left == [], left
     assert "warning: no sandbox: bubblewrap (bwrap) is not installed" in " ".join(run.stderr.split())
     record = json.loads(next((tmp_path / "out" / ".state").rglob("*.json")).read_text(encoding="utf-8"))
     assert record["sandbox"].startswith("no sandbox: bubblewrap (bwrap) is not installed")

@@ -107,6 +107,8 @@ class Launcher:
             return GradingKernelManager(transport="ipc", ip=self._socket_path())
         if not self._prepared:
             sandbox.prepare_home(self.home)
+            if not iso.sandboxed:
+                sandbox.private_tmp(self.folder).mkdir(exist_ok=True)
             if iso.kind == "bwrap":
                 sandbox.stage_identity(self.folder, sandbox.sandbox_uid(iso))
             sandbox.own_folder(self.folder, iso)

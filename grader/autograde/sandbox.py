@@ -288,13 +288,20 @@ def kernel_env(iso: Isolation, inherited: dict[str, str], ours: dict[str, str], 
                     "USER": "student", "LOGNAME": "student",
                     "MPLCONFIGDIR": str(matplotlib_folder(home)), "XDG_CACHE_HOME": str(home / ".cache")})
     else:
-        env = {**inherited, **ours}
+        # No private /tmp: its temporary files go in its own folder (home's parent), removed with it. In this machine's
+        # /tmp, each chapter-10 notebook left its working folder and multiprocessing's behind.
+        env = {**inherited, **ours, "TMPDIR": str(private_tmp(home.parent))}
     env["IPYTHONDIR"] = str(home / ".ipython")  # never the instructor's profile (startup files run in every kernel)
     if iso.seccomp:
         env["GRADER_SECCOMP"] = iso.seccomp
     env["PYTHONPATH"] = iso.public
     env["GRADER_PUBLIC"] = "1"   # launch.py drops an editable install's finder for the course's grader
     return env
+
+
+def private_tmp(folder: Path) -> Path:
+    """The temporary folder of a kernel without a sandbox, in its notebook's folder (made by Launcher.manager)."""
+    return folder / "tmp"
 
 
 def matplotlib_folder(home: Path) -> Path:
