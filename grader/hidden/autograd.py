@@ -43,8 +43,8 @@ def about_one_matrix_product_of_work(linear_loss_grad):
     made = expect_linear_grad(linear_loss_grad, x, w, t, how).made
     # x.T @ (x @ w - target) produces b*d_in + 2*b*d_out + d_in*d_out values; a broadcast outer product summed over
     # the batch, b*d_in*d_out. Finite differences evaluate the loss 2*d_in*d_out times (each b*d_out values at least).
-    allowed = 4 * b * d_in * d_out + 10 * (b * d_in + b * d_out + d_in * d_out)
     unit = b * d_in * d_out
+    allowed = 4 * unit + 10 * (b * d_in + b * d_out + d_in * d_out)
     expect(made <= allowed, f"linear_loss_grad({how})'s tensor operations produced {made:,} values, {made / unit:.0f} "
                             f"times the {unit:,} products of x.T @ r, where a derivation stays under "
                             f"{allowed / unit:.0f} times: the loss evaluated at nudged weights (finite differences), "
