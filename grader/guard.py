@@ -28,7 +28,7 @@ operator it ran (C code calling C code included: every tensor operation passes t
 tensors they made, how many backward passes it started (distinct autograd graph tasks among the operators: every
 route into the engine), how many operators autograd recorded outside them (a graph being built), which of its
 arguments' storages an operator wrote, and with `lineage` which operators (with the dtype each computed in) the
-result's values came from.
+result's values came from, and whether some came from outside the call's arguments and traced operators (UNSEEN).
 
 What escapes, and why. A profile hook sees calls *from Python code*: a builtin called by C code (`functools.partial`
 made of an alias kept where the search does not look, such as inside a library module, or reached through `gc`)
@@ -47,6 +47,7 @@ the trace.
 """
 from __future__ import annotations
 
+import _thread
 import functools
 import importlib
 import os
@@ -115,19 +116,32 @@ def check_names(dotted_names: Iterable[str]) -> None:
             raise ValueError(f"forbid entry {dotted!r} names module {parts[0]!r}, which is not installed")
 
 
-@functools.lru_cache(maxsize=1024)
 def refusing_code(raise_expression: str, freevars: int = 0) -> types.CodeType:
     """The code of a function that raises `raise_expression` whatever it is called with, with `freevars` free
-    variables so that it also replaces a closure's code (a swap needs as many as the closure holds). Cached: a
-    guard is entered at every call into the student's code, and compiling is what would cost."""
+    variables so that it also replaces a closure's code (a swap needs as many as the closure holds)."""
+    return _stand_in_code(f"raise {raise_expression}", freevars)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stand_in_code(statement: str, freevars: int = 0) -> types.CodeType:
+    """The code of a function that runs `statement` (a raise, or a return) whatever it is called with, with `freevars`
+    free variables. Cached: a guard is entered at every call into the student's code, and compiling is what would
+    cost."""
     names = [f"_free{i}" for i in range(freevars)]
     source = "def _outer():\n" + "".join(f"    {n} = None\n" for n in names)
     source += "    def refused(*args, **kwargs):\n"
     source += f"        ({', '.join(names)},)\n" if names else ""
-    source += f"        raise {raise_expression}\n    return refused\n"
+    source += f"        {statement}\n    return refused\n"
     namespace = {}
     exec(compile(source, "<forbidden>", "exec"), namespace)
     return namespace["_outer"]().__code__
+
+
+# Forbidden functions that torch itself calls on a student's legitimate path are made harmless for the length of the
+# call instead of refused: what they would switch off stays on. Printing a tensor switches the dispatch modes off to
+# format it (torch/_tensor_str.py): refused, a debugging print inside a traced exercise failed every check; as a
+# no-op, the print runs traced like any other code, and so does a conversion a student hides in such a block.
+_HARMLESS = {"torch.utils._python_dispatch._disable_current_modes": "__import__('contextlib').nullcontext()"}
 
 
 def _refused(dotted: str) -> BaseException:
@@ -169,9 +183,10 @@ class _Watch(TorchDispatchMode):
     def _should_skip_dynamo(cls):
         return False  # else torch wraps __torch_dispatch__ in dynamo's disable: 800 modules imported (5 s), slower ops
 
-    def __init__(self, guard, ops, lineage):
+    def __init__(self, guard, ops, lineage, given=()):
         super().__init__()
         self.guard, self.refused_ops, self.lineage = guard, ops, lineage
+        self.given = {_key(t) for t in given}  # the call's own tensors: their values came with it
         self.counts, self.dtypes, self.tasks, self.written = {}, {}, set(), set()
         self.graph_ops = self.made = 0
         self.sources, self.kept = {}, []
@@ -212,16 +227,19 @@ class _Watch(TorchDispatchMode):
         outs = _tensors(out)
         for t in outs:
             self.dtypes[t.dtype] = None
-            try:
-                made = t.numel()
-            except Exception:  # a tensor kind that cannot say (nested, sizes still symbolic): not counted
-                made = 0
-            self.made += made if type(made) is int else 0
+            self.made += _numel(t)
         if self.lineage:
             came = set()
             for t in ins:
-                came |= self.sources.get(_key(t), set())
+                k = _key(t)
+                source = self.sources.get(k)
+                if source is not None:
+                    came |= source
+                elif k not in self.given and _numel(t) > 1:  # made before the call, or where no operator ran
+                    came.add(f"{UNSEEN}:{str(t.dtype).removeprefix('torch.')}")
             made = outs[0].dtype if outs else (ins[0].dtype if ins else None)
+            if packet in _ACCUMULATING and _accumulates(args, kwargs):
+                name += "(accumulate=True)"  # adds into what is there: arithmetic, unlike the plain index_put
             came.add(f"{name}:{str(made).removeprefix('torch.')}")
             read = {_key(t) for t in ins}
             for t in outs:
@@ -233,6 +251,46 @@ class _Watch(TorchDispatchMode):
                 elif k not in read:   # a new storage (a view keeps its base's history)
                     self.sources[k] = set(came)
                     self.kept.append(t.untyped_storage())  # alive to the end: no later storage reuses its number
+
+
+# Where a check judges how the values were computed (a lineage), the ways to compute them out of the trace's sight,
+# for an exercise to forbid: leaving torch for NumPy (a view of the tensor's memory, or DLPack's), writing a tensor's
+# memory through its storage or swapping the storage under it, and another thread or process (a dispatch mode
+# watches one thread; a process writes shared memory).
+UNTRACED = ("torch.Tensor.numpy", "torch.Tensor.__dlpack__",
+            "torch.UntypedStorage.copy_", "torch.UntypedStorage.fill_", "torch.UntypedStorage.__setitem__",
+            "torch.UntypedStorage._set_from_file", "torch.ops.aten.set_",
+            *(f"_thread.{name}" for name in ("start_new_thread", "start_joinable_thread") if hasattr(_thread, name)),
+            *(f"os.{name}" for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")
+              if hasattr(os, name)),
+            "subprocess.Popen._execute_child", "multiprocessing.util.spawnv_passfds")
+# In a lineage, values that reached the traced operators from outside them: not the call's arguments, not made by
+# an operator it traced (Python numbers or NumPy turned into a tensor, a table made before the call, another thread's
+# work). A tensor of one element is not counted: torch wraps every Python scalar operand into one.
+UNSEEN = "unseen"
+_ACCUMULATING = {torch.ops.aten.index_put, torch.ops.aten.index_put_, torch.ops.aten._index_put_impl_}
+
+
+def _given_tensors(given: Any) -> list[torch.Tensor]:
+    """The tensors among a call's arguments (any nesting pytree knows)."""
+    try:
+        return [t for t in _tree_leaves(given) if isinstance(t, _Tensor)]
+    except Exception:
+        return []
+
+
+def _numel(t: torch.Tensor) -> int:
+    """Its number of elements, 0 for a tensor that cannot say (nested, sizes still symbolic)."""
+    try:
+        n = t.numel()
+    except Exception:
+        return 0
+    return n if type(n) is int else 0
+
+
+def _accumulates(args: tuple, kwargs: dict) -> bool:
+    """Whether an index_put call adds into its target (accumulate=True, the fourth argument) instead of writing."""
+    return bool(kwargs.get("accumulate", args[3] if len(args) > 3 else False))
 
 
 _LIBRARY_DIRS = []  # filled on first use: the grader package may be imported after this module
@@ -340,11 +398,13 @@ def _put_back(owner: Any, attr: str, original: Any, own: bool) -> None:
 class Guard:
     """For the length of a `with` block: the callables `forbid` names refuse (raising `error(dotted)`), and with
     `trace` ({"lineage": bool}) what the code does is recorded (`data()`). `roots` are the student's objects, searched
-    for forbidden ones they hold. A guard entered while another watches stands by: the outer one refuses and records."""
+    for forbidden ones they hold; `given` are the call's arguments, whose tensors a lineage starts from. A guard
+    entered while another watches stands by: the outer one refuses and records."""
 
     def __init__(self, forbid: Iterable[str] = (), error: Callable[[str], BaseException] | None = None,
-                 roots: Iterable[Any] = (), trace: dict | None = None) -> None:
+                 roots: Iterable[Any] = (), trace: dict | None = None, given: Any = ()) -> None:
         self.forbid = tuple(forbid)
+        self.given = given
         self.error = error or (lambda dotted: RuntimeError(f"{dotted} is forbidden here"))
         self.roots = tuple(roots)
         self.trace = trace
@@ -394,7 +454,8 @@ class Guard:
                         builtins.setdefault(obj.__name__, []).append((obj, dotted))
                 self._install(builtins)
             if self.trace is not None:  # a Python dispatch mode slows every operator down: only when a check asks
-                self._watch = _Watch(self, ops, bool(self.trace.get("lineage")))
+                lineage = bool(self.trace.get("lineage"))
+                self._watch = _Watch(self, ops, lineage, _given_tensors(self.given) if lineage else ())
                 self._depth = _dispatch_depth()
                 _push_dispatch(self._watch)  # the C call itself: a notebook may have replaced torch's Python helpers
             self._replace()
@@ -415,8 +476,10 @@ class Guard:
             original = getattr(owner, attr)
             if isinstance(original, _Packet):
                 continue  # the dispatch mode refuses the operator; torch looks its packet up while dispatching
-            expression = f"__import__({__name__!r}, fromlist=['_'])._refused({dotted!r})"
-            refusing = types.FunctionType(refusing_code(expression), {"__builtins__": __builtins__}, attr)
+            harmless = _HARMLESS.get(dotted)
+            statement = (f"return {harmless}" if harmless is not None
+                         else f"raise __import__({__name__!r}, fromlist=['_'])._refused({dotted!r})")
+            refusing = types.FunctionType(_stand_in_code(statement), {"__builtins__": __builtins__}, attr)
             own = attr in getattr(owner, "__dict__", {})
             try:
                 setattr(owner, attr, refusing)
@@ -427,7 +490,7 @@ class Guard:
             if type(original) is types.FunctionType and id(original) not in swapped:
                 swapped.add(id(original))
                 code = original.__code__
-                original.__code__ = refusing_code(expression, len(code.co_freevars))
+                original.__code__ = _stand_in_code(statement, len(code.co_freevars))
                 self._undo.append(functools.partial(setattr, original, "__code__", code))
 
     def _install(self, builtins: dict[str, list[tuple[Any, str]]]) -> None:

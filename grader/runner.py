@@ -53,20 +53,20 @@ def forbidden_message(exercise: Exercise, dotted: str) -> str:
     return f"{exercise.name} must do this itself, not call {dotted}"
 
 
-def guarding(exercise: Exercise, roots: tuple[Any, ...] = ()) -> guard.Guard:
+def guarding(exercise: Exercise, roots: tuple[Any, ...] = (), given: Any = ()) -> guard.Guard:
     """The guard of one call into the student's code (grader/guard.py): the exercise's forbidden calls refused with
     a CheckFailure that names them, and the trace a check asked for (`scenario.tracing`) recorded. `roots` are the
-    student's objects, searched for forbidden ones they hold."""
+    student's objects, searched for forbidden ones they hold; `given`, the call's arguments."""
     trace = current_trace()
     return guard.Guard(exercise.forbid, lambda dotted: CheckFailure(forbidden_message(exercise, dotted)), roots,
-                       trace.request if trace is not None else None)
+                       trace.request if trace is not None else None, given)
 
 
 def guarded_call(exercise: Exercise, fn: Callable[..., Any], args: tuple, kwargs: dict,
                  roots: tuple[Any, ...]) -> Any:
     """fn(*args, **kwargs) under the exercise's guard, as the grading kernel runs it (kernel_side._run): a refusal
     the code caught (or turned into another error) still fails the check, and the call's trace joins the check's."""
-    g = guarding(exercise, roots)
+    g = guarding(exercise, roots, (args, kwargs))
     result = None
     try:
         with g:

@@ -222,6 +222,30 @@ def test_the_trace_says_what_the_code_did():
     assert data["lineage"] is None
 
 
+def test_a_lineage_marks_values_from_outside_the_call_and_adds_by_index_put():
+    """Catches a lineage that launders values: a tensor the traced operators did not make and the call was not given
+    (a table made before the call, Python numbers or NumPy turned into a tensor, another thread's work) is marked
+    unseen where it enters; a wrapped Python scalar (one element) and the arguments' own values are not; an
+    index_put that adds (accumulate=True) is named apart from one that writes."""
+    x, table = torch.randn(6), torch.randn(6)
+
+    def lineage(fn, given=None):
+        with guard.Guard((), refused, trace={"lineage": True}, given=(x,) if given is None else given) as watching:
+            out = fn(x)
+        return watching.data((x,), out)["lineage"]
+
+    assert not [e for e in lineage(lambda v: torch.where(v > 0, v, 0.0) * 2) if e.startswith("unseen")]
+    assert "unseen:float32" in lineage(lambda v: torch.where(v > 0, v, table))
+    assert "unseen:float32" in lineage(lambda v: v + 0 * torch.tensor(v.tolist()))  # rebuilt from Python numbers
+    assert "unseen:float32" in lineage(lambda v: v * 1, given=())  # not given: the argument counts as outside
+    assert "unseen:float32" not in lineage(lambda v: v * torch.tensor(2.0))  # a one-element constant
+    assert "unseen:int64" in lineage(lambda v: torch.where(v > 0, v, torch.tensor([1, 2, 3, 4, 5, 6])))
+    idx = torch.arange(6)
+    added = lineage(lambda v: v.clone().index_put_((idx,), v, accumulate=True))
+    assert "aten.index_put_(accumulate=True):float32" in added
+    assert "aten.index_put_:float32" in lineage(lambda v: v.clone().index_put_((idx,), v))
+
+
 TRACED = registry.exercise("testing.traced", points=1, needs=("f",), forbid=("torch._C._is_alias_of",))
 
 

@@ -187,7 +187,8 @@ def _run(request, fn, args, kwargs, collect=False, roots=None):
     With `collect`, the objects the call made (in reference cycles too) die before it returns, so a
     misbehaving `__del__` runs inside this call's time and is charged to this check."""
     token = request["token"]
-    guard = _guard.Guard(request["forbid"], Forbidden, (fn,) if roots is None else roots, request.get("trace"))
+    guard = _guard.Guard(request["forbid"], Forbidden, (fn,) if roots is None else roots, request.get("trace"),
+                         (args, kwargs))
     opaque, storages = {}, {}
     result = failed = trace = None
     try:
