@@ -2,8 +2,10 @@
 (public and hidden checks), plausible wrong ones must fail, also when graded in a real kernel."""
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
+import os
 import struct
 import threading
 
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 from grader import registry
+from grader.guard import UNTRACED
 from grader.results import ERROR
 from grader.runner import run_check
 
@@ -68,6 +71,31 @@ def round_sign_magnitude(x):
     rounded = (mag + 0x7FFF + ((mag >> 16) & 1)) & MASK
     is_nan = mag > 0x7F800000
     return torch.where(is_nan, bits, rounded | sign).view(torch.float32).clone()
+
+
+_HALF_MINUS_ONE = torch.tensor(0x7FFF, dtype=torch.int32)  # a constant made before the call: one element
+
+
+def round_into_preallocated(x):
+    """The result written into a tensor made for it, NaNs put back by index assignment, constants as one-element
+    tensors and Python numbers (what a lineage must not mistake for values from outside the call)."""
+    bits = x.reshape(-1).view(torch.int32) if x.is_contiguous() else x.contiguous().view(torch.int32).reshape(-1)
+    out = torch.empty_like(bits)
+    out.copy_((bits + _HALF_MINUS_ONE + torch.bitwise_and(bits >> 16, torch.tensor(1))) & MASK)
+    result = out.view(torch.float32)
+    nan = torch.isnan(x.reshape(-1))
+    result[nan] = float("nan")
+    return result.reshape(x.shape)
+
+
+def round_that_prints(x):
+    """A correct answer that prints as it goes (printing a tensor switches torch's dispatch modes off, which the
+    guard makes a no-op rather than refuse: this answer used to fail every check)."""
+    bits = x.view(torch.int32)
+    print("bits", bits.reshape(-1)[:4], f"{x.dtype} {tuple(x.shape)}")
+    out = torch.where(torch.isnan(x), x, ((bits + 0x7FFF + ((bits >> 16) & 1)) & MASK).view(torch.float32))
+    print(repr(out), f"{out.reshape(-1)[:1]}")
+    return out
 
 
 def round_python_struct(x):
@@ -154,7 +182,8 @@ CORRECT = [
     ("smallest_subnormal", subnormal_by_bits), ("smallest_subnormal", subnormal_by_halving),
     ("smallest_subnormal", subnormal_by_formula),
     ("round_to_bf16", round_by_comparison), ("round_to_bf16", round_via_int64),
-    ("round_to_bf16", round_sign_magnitude),
+    ("round_to_bf16", round_sign_magnitude), ("round_to_bf16", round_into_preallocated),
+    ("round_to_bf16", round_that_prints),
     ("sequential_sum", sequential_python_loop), ("sequential_sum", sequential_rounding_floats),
     ("sequential_sum", lambda v, d: functools.reduce(lambda a, b: a + b, v.to(d).unbind(), torch.zeros((), dtype=d))),
     # Python's builtin sum adds left to right (0 + v0 + v1 ...): sequential, and not torch's forbidden sum
@@ -343,6 +372,163 @@ def round_in_a_thread(x):
     worker.start()
     worker.join()
     return (out[0].view(torch.int32) | 0).view(torch.float32)
+
+
+# ---- a third round (issue 26): values computed out of the trace's sight, then given the lineage of the integer
+# operations by a blend (torch.where on a mask from x's own bits, which always holds) or by being written into a
+# tensor that has it; and float additions by an operator that otherwise only writes (all bit-identical to torch's)
+
+def _from_x_bits(x):
+    """A mask made from x by an integer operation, true everywhere: blended in, it brings x's bit operations (and,
+    when grading, x's mark) into the result's lineage."""
+    return (x.view(torch.int32) & 0) == 0
+
+
+def _python_bits(x):
+    """The rounded bit patterns as an int32 tensor, computed one value at a time on Python ints (round_python_struct)."""
+    return torch.tensor([struct.unpack("<i", struct.pack("<f", v))[0] for v in round_python_struct(x).reshape(-1).tolist()],
+                        dtype=torch.int32)
+
+
+def round_thread_blended(x):
+    """torch's conversion in another thread (which the trace does not watch), blended with x's bits."""
+    out = []
+    worker = threading.Thread(target=lambda: out.append(x.to(torch.bfloat16).to(torch.float32)))
+    worker.start()
+    worker.join()
+    return torch.where(_from_x_bits(x), out[0], out[0])
+
+
+def round_thread_written_in(x):
+    """torch's conversion written, by another thread, into a tensor with x's bit operations in its history."""
+    out = (x.view(torch.int32) & -1).contiguous()
+    worker = threading.Thread(target=lambda: out.copy_(x.contiguous().to(torch.bfloat16).to(torch.float32)
+                                                       .view(torch.int32)))
+    worker.start()
+    worker.join()
+    return out.view(torch.float32)
+
+
+def round_storage_bytes_written_in(x):
+    """Python's rounded bits written byte by byte into the storage of a tensor with x's bit operations in its history
+    (each byte a Python int: a scalar operand, like any constant)."""
+    out = (x.view(torch.int32) & -1).contiguous()
+    storage = out.untyped_storage()
+    for i, b in enumerate(_python_bits(x).tolist()):
+        for j, byte in enumerate((b & 0xFFFFFFFF).to_bytes(4, "little")):
+            storage[4 * i + j] = byte
+    return out.view(torch.float32)
+
+
+def round_pool_blended(x):
+    """The same through a thread pool, which starts its threads on the first submit."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        r = pool.submit(lambda: x.to(torch.bfloat16).to(torch.float32)).result()
+    return torch.where(_from_x_bits(x), r, r)
+
+
+def round_numpy_blended(x):
+    """The integer rounding done in NumPy, the result blended with x's bits."""
+    r = torch.from_numpy(round_numpy_bits(x.detach().contiguous().numpy()).view(np.float32)).reshape(x.shape)
+    return torch.where(_from_x_bits(x), r, r)
+
+
+def round_numpy_bits(a):
+    """The nearest bfloat16's bits of a float32 array, NaNs kept, in NumPy int64 arithmetic."""
+    b = a.view(np.int32).astype(np.int64)
+    r = (b + 0x7FFF + ((b >> 16) & 1)) & ~0xFFFF
+    r = (((r + 2**31) % 2**32) - 2**31).astype(np.int32)
+    return np.where(np.isnan(a), a.view(np.int32), r)
+
+
+def round_numpy_written_in(x):
+    """A tensor with x's bit operations in its history, overwritten through a NumPy view of its memory."""
+    out = (x.view(torch.int32) & -1).contiguous()
+    out.numpy()[...] = round_numpy_bits(x.contiguous().numpy()).reshape(out.shape)
+    return out.view(torch.float32)
+
+
+def round_python_blended(x):
+    """round_python_struct's values (Python ints), blended with x's bits."""
+    r = _python_bits(x).view(torch.float32).reshape(x.shape)
+    return torch.where(_from_x_bits(x), r, r)
+
+
+def round_storage_copied_in(x):
+    """Python's rounded bits copied into the storage of a tensor with x's bit operations in its history."""
+    out = (x.view(torch.int32) & -1).contiguous()
+    out.untyped_storage().copy_(_python_bits(x).untyped_storage())
+    return out.view(torch.float32)
+
+
+def round_storage_swapped_in(x):
+    """The same with the tensor's storage swapped for the one holding Python's bits (Tensor.set_)."""
+    out = (x.view(torch.int32) & -1).contiguous()
+    out.set_(_python_bits(x).untyped_storage(), 0, out.shape, out.stride())
+    return out.view(torch.float32)
+
+
+def round_in_a_forked_child(x):
+    """A forked child converts into shared memory that holds x's bit operations in its history."""
+    out = (x.view(torch.int32) & -1).contiguous().share_memory_()
+    pid = os.fork()
+    if pid == 0:
+        out.copy_(x.contiguous().to(torch.bfloat16).to(torch.float32).view(torch.int32))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return out.view(torch.float32)
+
+
+def round_magic_by_index_put(x):
+    """The float32 magic number (1.5 * 2^16 * x's unit in the last place, made from x's exponent bits) added and
+    taken off by index_put_ with accumulate=True: float additions do the rounding. Zeros, subnormals, the top
+    binade, infinities and NaNs taken from an integer answer."""
+    bits = x.contiguous().view(torch.int32)
+    exponent = bits & 0x7F800000
+    magic = (exponent + (16 << 23)) | 0x00400000 | (bits & (-2**31))
+    flat, everywhere = x.contiguous().clone().reshape(-1), (torch.arange(x.numel()),)
+    flat.index_put_(everywhere, magic.view(torch.float32).reshape(-1), accumulate=True)
+    flat.index_put_(everywhere, (magic ^ (-2**31)).view(torch.float32).reshape(-1), accumulate=True)
+    special = (exponent < 0x01000000) | (exponent >= 0x77000000)
+    return torch.where(special, round_by_comparison(x), flat.reshape(x.shape))
+
+
+def round_python_scalars(x):
+    """Python's rounded bits turned into one-element tensors (which the lineage cannot tell from a scalar operand),
+    each given an integer operation: only grading's computed_from_x sees that none came from x."""
+    parts = [torch.tensor(b, dtype=torch.int32) & -1 for b in _python_bits(x).tolist()]
+    return (torch.stack(parts) if parts else torch.zeros(0, dtype=torch.int32)).view(torch.float32).reshape(x.shape)
+
+
+def round_python_values_written_in(x):
+    """Python's rounded bits written into a tensor with x's bit operations in its history, one Python int per
+    element: each a scalar operand, like any constant; the number of operations gives it away. (Above 4096 values, the
+    check's largest, it rounds honestly: the hidden checks' 20,000 values one at a time would only slow this test.)"""
+    if x.numel() > 4096:
+        return round_by_comparison(x)
+    out = (x.view(torch.int32) & -1).contiguous().reshape(-1)
+    for i, b in enumerate(_python_bits(x).tolist()):
+        out[i] = b
+    return out.view(torch.float32).reshape(x.shape)
+
+
+def round_element_by_element(x):
+    """The right integer operations, one element at a time: the exercise asks for whole-tensor operations. (Honest
+    above 4096 values, as round_python_values_written_in.)"""
+    if x.numel() > 4096:
+        return round_by_comparison(x)
+    bits = x.contiguous().view(torch.int32).reshape(-1)
+    out = torch.empty_like(bits)
+    for i in range(bits.numel()):
+        b = bits[i]
+        out[i] = torch.where(torch.isnan(x.reshape(-1)[i]), b, (b + 0x7FFF + ((b >> 16) & 1)) & MASK)
+    return out.view(torch.float32).reshape(x.shape)
+
+
+OUT_OF_SIGHT = [round_thread_blended, round_thread_written_in, round_pool_blended, round_numpy_blended,
+                round_numpy_written_in, round_python_blended, round_storage_copied_in, round_storage_swapped_in,
+                round_storage_bytes_written_in, round_in_a_forked_child, round_magic_by_index_put,
+                round_python_scalars, round_python_values_written_in, round_element_by_element]
 
 
 class _AlwaysClose(torch.Tensor):
@@ -687,21 +873,42 @@ WRONG = [
     W("round_to_bf16", round_magic_by_matmul, "exact_values_stay", "rounded with floating-point arithmetic"),
     # the trace switched off for a while: refused by name
     W("round_to_bf16", round_dispatch_disabled, "exact_values_stay", "not call torch._C._DisableTorchDispatch"),
-    W("round_to_bf16", round_modes_disabled, "exact_values_stay",
-      "not call torch.utils._python_dispatch._disable_current_modes"),
+    W("round_to_bf16", round_modes_disabled, "exact_values_stay", "made a bfloat16 tensor"),  # a no-op: still traced
     W("kahan_sum", lambda v, d: v.to(d).sum(), "stays_near_ten", "not call torch.Tensor.sum"),
     W("kahan_sum", lambda v, d: torch.sum(v.to(d)), "stays_near_ten", "not call torch.sum"),
     W("kahan_sum", kahan_by_fsum, "stays_near_ten", "not call math.fsum"),
     W("kahan_sum", lambda v, d: v.to(d).cumsum(0)[-1], "stays_near_ten", "not call torch.Tensor.cumsum"),
     W("update_loss_scale", scale_by_amp_op, "halves_and_resets_on_overflow", "not call torch._amp_update_scale_"),
     W("update_loss_scale", scale_by_gradscaler, "halves_and_resets_on_overflow", "not call torch.amp.GradScaler"),
-    # a result made where the trace cannot see its values come from x: only grading's computed_from_x tells
-    W("round_to_bf16", round_numpy_floats, "computed_from_x", "did not come from x through torch operations"),
-    W("round_to_bf16", round_python_frexp_decoy, "computed_from_x", "did not come from x through torch operations"),
-    W("round_to_bf16", round_in_a_thread, "computed_from_x", "did not come from x through torch operations"),
+    # a result made where the trace cannot see, then given a decoy integer operation: NumPy and threads are refused,
+    # a tensor rebuilt from Python numbers is values from outside the call
+    W("round_to_bf16", round_numpy_floats, "exact_values_stay", "not call torch.Tensor.numpy"),
+    W("round_to_bf16", round_python_frexp_decoy, "exact_values_stay", "values that no traced torch operation made"),
+    W("round_to_bf16", round_in_a_thread, "exact_values_stay", "not call _thread.start_new_thread"),
+    # the same values blended in, or written into a tensor with the right history; float additions by index_put
+    W("round_to_bf16", round_thread_blended, "exact_values_stay", "not call _thread.start_new_thread"),
+    W("round_to_bf16", round_pool_blended, "exact_values_stay", "not call _thread.start_new_thread"),
+    W("round_to_bf16", round_numpy_blended, "exact_values_stay", "not call torch.Tensor.numpy"),
+    W("round_to_bf16", round_numpy_written_in, "exact_values_stay", "not call torch.Tensor.numpy"),
+    W("round_to_bf16", round_python_blended, "exact_values_stay",
+      "include float32 values that no traced torch operation made during the call"),
+    W("round_to_bf16", round_storage_copied_in, "exact_values_stay", "not call torch.UntypedStorage.copy_"),
+    W("round_to_bf16", round_storage_swapped_in, "exact_values_stay", "not call torch.ops.aten.set_"),
+    W("round_to_bf16", round_thread_written_in, "exact_values_stay", "not call _thread.start_new_thread"),
+    W("round_to_bf16", round_storage_bytes_written_in, "exact_values_stay",
+      "not call torch.UntypedStorage.__setitem__"),
+    W("round_to_bf16", round_in_a_forked_child, "exact_values_stay", "must do this itself, not call"),  # set_, fork
+    W("round_to_bf16", round_magic_by_index_put, "exact_values_stay",
+      "rounded with floating-point arithmetic (index_put_(accumulate=True))"),
+    # Python numbers written in one element at a time, and the method itself one element at a time
+    W("round_to_bf16", round_python_values_written_in, "whole_tensor_at_once", "tensor operations on 16 values and"),
+    W("round_to_bf16", round_element_by_element, "whole_tensor_at_once", "tensor operations on 16 values and"),
+    # one-element tensors from Python numbers, stacked: only grading's computed_from_x tells them from x's (the
+    # operations per element give them away too)
+    W("round_to_bf16", round_python_scalars, "computed_from_x", "did not come from x through torch operations"),
 ]
 # every other wrong answer fails a public check, before any grading
-LEFT_TO_HIDDEN = {round_contiguous_only, round_numpy_floats, round_python_frexp_decoy, round_in_a_thread}
+LEFT_TO_HIDDEN = {round_contiguous_only, round_python_scalars}
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=ids(WRONG))
@@ -712,16 +919,22 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
     assert_caught("dtypes", wrong, public_only=wrong.answer not in LEFT_TO_HIDDEN)
 
 
+SLOW = {round_python_frexp, round_python_struct, round_python_blended, round_storage_copied_in,
+        round_storage_swapped_in, round_storage_bytes_written_in, round_python_scalars, round_python_values_written_in,
+        round_element_by_element}  # (the last two round the bit-identity test's 4,106 values one at a time)  # one value at a time in Python
+
+
 @pytest.mark.parametrize("answer", [round_by_frexp, round_frexp_blended, round_python_frexp, round_python_struct,
-                                    round_numpy_floats, round_magic_by_sum, round_magic_by_matmul, round_in_a_thread],
+                                    round_numpy_floats, round_magic_by_sum, round_magic_by_matmul, round_in_a_thread,
+                                    *OUT_OF_SIGHT],
                          ids=["frexp", "blended", "python_frexp", "struct", "numpy_floats", "magic_sum",
-                              "magic_matmul", "thread"])
+                              "magic_matmul", "thread", *(f.__name__.removeprefix("round_") for f in OUT_OF_SIGHT)])
 def test_the_other_methods_are_bit_identical(answer):
     """Each matches torch's conversion bit for bit (NaN staying NaN) on a million bit patterns and the edges: only the
     check of the method (the call's trace) stops them."""
     torch.manual_seed(0)
-    bits = torch.cat([torch.randint(-2**31, 2**31, (2**20 if answer not in (round_python_frexp, round_python_struct)
-                                                    else 2**14,), dtype=torch.int64).to(torch.int32),
+    bits = torch.cat([torch.randint(-2**31, 2**31, (2**20 if answer not in SLOW else 2**12,),
+                                    dtype=torch.int64).to(torch.int32),
                       torch.tensor([0, 1, 0x8000, 0x18000, 0x7F7F8000, 0x7F7FFFFF, 0x7F800000, 0x00800000,
                                     0x3F808000, 0x3F818000], dtype=torch.int32)])
     for x in (bits.view(torch.float32), -bits.view(torch.float32)):
@@ -745,6 +958,16 @@ def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, name, fn)
     passes_without_forbid(monkeypatch, "dtypes", name, fn)
 
 
+@pytest.mark.parametrize("fn", [round_thread_written_in, round_numpy_written_in, round_in_a_forked_child],
+                         ids=["thread", "numpy_view", "fork"])
+def test_work_out_of_the_traces_sight_passes_every_check_unless_refused(monkeypatch, fn):
+    """Values written into a tensor whose history holds x's bit operations, by a route the trace does not see
+    (guard.UNTRACED), pass every check, hidden computed_from_x included: only refusing the route stops them. (A
+    result made out of sight and blended in is also caught without the refusal: its values are unseen; so are
+    values written in one at a time, by the number of operations.)"""
+    passes_without_forbid(monkeypatch, "dtypes", "round_to_bf16", fn, dropping=lambda name: name in UNTRACED)
+
+
 # ---------------------------------------------------------------- graded in a real kernel
 
 KERNEL_CELL = '''
@@ -756,6 +979,9 @@ def round_ok(x):
     return torch.where(torch.isnan(x), x, rounded.view(torch.float32))
 def round_to(x):
     return x.to(torch.bfloat16).to(torch.float32)
+def round_prints(x):
+    print("rounding", x.reshape(-1)[:3])
+    return round_ok(x)
 def round_method(x):
     return x.bfloat16().float()
 def round_aten(x):
@@ -775,6 +1001,19 @@ def round_numpy(x):
     r = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
     r = np.where(np.isnan(x.numpy()), x.numpy(), r)
     return (torch.from_numpy(r).view(torch.int32) | 0).view(torch.float32)
+def round_thread(x):
+    import threading
+    out = (x.view(torch.int32) & -1).contiguous()
+    worker = threading.Thread(target=lambda: out.copy_(x.contiguous().to(torch.bfloat16).float().view(torch.int32)))
+    worker.start()
+    worker.join()
+    return out.view(torch.float32)
+def round_python_blended(x):
+    import struct
+    bits = [struct.unpack("<i", struct.pack("<f", v))[0] for v in x.reshape(-1).tolist()]
+    r = torch.tensor([(b + 0x7FFF + ((b >> 16) & 1)) & -65536 for b in bits], dtype=torch.int32)
+    r = torch.where(torch.isnan(x.reshape(-1)), x.reshape(-1), r.view(torch.float32)).reshape(x.shape)
+    return torch.where((x.view(torch.int32) & 0) == 0, r, r)
 def scale_ok(scale, found_inf, good_steps, growth_interval=2000):
     if found_inf:
         return scale * 0.5, 0
@@ -806,12 +1045,15 @@ def graded_in_kernel(bridge, exercise_id: str, name: str) -> list[tuple[str, boo
     return out
 
 
-@pytest.mark.parametrize("name,passes", [("round_ok", True), ("round_to", False), ("round_method", False),
+@pytest.mark.parametrize("name,passes", [("round_ok", True), ("round_prints", True), ("round_to", False),
+                                         ("round_method", False),
                                          ("round_aten", False), ("round_truncate", False), ("round_frexp", False),
-                                         ("round_numpy", False)])
+                                         ("round_numpy", False), ("round_thread", False),
+                                         ("round_python_blended", False)])
 def test_round_to_bf16_graded_in_a_kernel(kernel_bridge, name, passes):
     """The conversion is caught where the student's code runs, not only in the notebook; so is frexp/ldexp
-    rounding (issue 26), from the trace the kernel records and sends back."""
+    rounding (issue 26), from the trace the kernel records and sends back, and work out of the trace's sight
+    (NumPy and threads refused, values rebuilt from Python numbers unseen)."""
     results = graded_in_kernel(kernel_bridge, "dtypes.round_to_bf16", name)
     assert all(ok for _, ok, _ in results) == passes, results
     if name in ("round_to", "round_aten"):
@@ -820,9 +1062,14 @@ def test_round_to_bf16_graded_in_a_kernel(kernel_bridge, name, passes):
     if name == "round_frexp":
         assert not any(ok for _, ok, _ in results)
         assert all("rounded with floating-point arithmetic" in msg for _, _, msg in results), results
-    if name == "round_numpy":  # integer operations in NumPy, a decoy in torch: the kernel's trace shows it too
-        assert [n for n, ok, _ in results if not ok] == ["computed_from_x"], results
-        assert "did not come from x through torch operations" in dict((n, m) for n, _, m in results)["computed_from_x"]
+    if name == "round_numpy":  # integer operations in NumPy, a decoy in torch: refused in the kernel too
+        assert all(not ok and msg.endswith("not call torch.Tensor.numpy") for _, ok, msg in results), results
+    if name == "round_thread":
+        assert all(not ok and msg.endswith("not call _thread.start_new_thread") for _, ok, msg in results), results
+    if name == "round_python_blended":  # rebuilt from Python numbers, blended with x's bits
+        failed = dict((n, m) for n, ok, m in results if not ok)
+        assert "values that no traced torch operation made" in failed["exact_values_stay"], results
+        assert "computed_from_x" in failed and "random_values" in failed, results
 
 
 @pytest.mark.parametrize("name,passes", [("scale_ok", True), ("scale_no_reset", False)])

@@ -6,6 +6,7 @@ import math
 import torch
 
 from grader.expect import call, describe, expect, expect_tensor_like, expect_type, fail
+from grader.guard import UNSEEN, UNTRACED
 from grader.registry import exercise
 from grader.scenario import tracing
 
@@ -22,11 +23,14 @@ SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1,
 # the dtype of every tensor the student's function makes and where its result's values came from: integer bit
 # operations, as the exercise asks, not floating-point arithmetic (frexp and ldexp, a scaled round). The trace sees
 # operators through torch's Python dispatch: what turns that off for a while (so that a conversion or a float
-# addition run there leaves no record) is refused too.
+# addition run there leaves no record) is refused too (torch's own helper, which printing a tensor calls, is made a
+# no-op instead: guard._HARMLESS), and so is every other way to compute values out of its sight (NumPy, a storage
+# written directly, another thread or process: guard.UNTRACED). A check also counts the operators: values written in
+# one element at a time (Python numbers, each a scalar operand like any constant) take thousands.
 ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3,
                          forbid=("torch.Tensor.bfloat16", "torch._C._DisableTorchDispatch",
                                  "torch._C._ExcludeDispatchKeyGuard", "torch._C._pop_torch_dispatch_stack",
-                                 "torch.utils._python_dispatch._disable_current_modes"))
+                                 "torch.utils._python_dispatch._disable_current_modes", *UNTRACED))
 # A library sum does the whole job its own way (pairwise, in a float32 accumulator, or exactly): refused by name,
 # torch's (its aten operators called directly too) and NumPy's (a cumulative sum's last element is the sum).
 _LIBRARY_SUMS = ("torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum", "torch.cumsum",
@@ -144,10 +148,16 @@ def expect_integer_method(lineage: set[str], what: str) -> None:
     """The result's values came from integer bit operations (on x.view(torch.int32)), not floating-point arithmetic."""
     ops = sorted(lineage)
     arithmetic = sorted({op for op, dtype in map(_operator, ops)
-                         if op not in _FLOAT_MOVES and dtype.startswith(_FLOATING)})
+                         if op not in _FLOAT_MOVES and op != UNSEEN and dtype.startswith(_FLOATING)})
     if arithmetic:
         fail(f"{what} rounded with floating-point arithmetic ({', '.join(arithmetic[:8])}): do the rounding with "
              "integer operations on x.view(torch.int32), as the exercise asks")
+    unseen = sorted(dtype for op, dtype in map(_operator, ops) if op == UNSEEN)
+    if unseen:
+        fail(f"{what}: the result's values include {' and '.join(unseen)} values that no traced torch operation "
+             "made during the call: a tensor built from Python numbers or NumPy (torch.tensor(...), "
+             "torch.from_numpy), or one made before the call or in another thread; compute the result from "
+             "x.view(torch.int32) with torch's integer operations, inside the function")
     if not any(op in _BIT_OPS and dtype.startswith(("int", "uint")) for op, dtype in map(_operator, ops)):
         came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in ops[:8])}" if ops
                 else "no tensor operation made its values")
@@ -237,6 +247,24 @@ def random_values(round_to_bf16):
     """1000 random values of many magnitudes, in a non-contiguous tensor"""
     x = torch.randn(2000) * 10.0 ** torch.randint(-30, 30, (2000,)).float()
     expect_rounded(round_to_bf16, x[::2], "1000 random values (every other element of a tensor)")
+
+
+@ROUND_TO_BF16.check
+def whole_tensor_at_once(round_to_bf16):
+    """works on the whole tensor at once: no more tensor operations for 4096 values than for 16"""
+    ran = {}
+    for n in (16, 4096):
+        x = torch.randn(n) * 10.0 ** torch.randint(-30, 30, (n,)).float()
+        x[:3] = _tensor([float("nan"), float("inf"), 0.0])
+        what = f"round_to_bf16({n} values)"
+        with tracing(lineage=True) as trace:
+            got = call(round_to_bf16, x, what=what)
+        expect_rounded_result(x, got, trace, what)
+        ran[n] = sum(trace.ops.values())
+    if ran[4096] > ran[16] + 32:  # a branch on the values may differ by a few; a loop differs by thousands
+        fail(f"round_to_bf16 ran {ran[16]:,} tensor operations on 16 values and {ran[4096]:,} on 4096: it works on "
+             "a few elements at a time (a loop over them, or values written in one by one); round every element "
+             "with a few operations on the whole x.view(torch.int32)")
 
 
 # ---------------------------------------------------------------- sequential_sum and kahan_sum
