@@ -139,7 +139,7 @@ def atomic_named_temporary(obj, path):
             torch.save(obj, f)
             f.flush()
             os.fdatasync(f.fileno())
-        except Exception:
+        except BaseException:
             f.close()
             os.unlink(f.name)
             raise
@@ -580,6 +580,20 @@ def atomic_swallows(obj, path):
     except Exception:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def atomic_cleans_up_on_exception_only(obj, path):
+    """Right in every way but one: `except Exception` lets Ctrl-C's KeyboardInterrupt past the clean-up."""
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception:
+        os.remove(tmp)
+        raise
 
 
 def atomic_wraps(obj, path):
@@ -1075,6 +1089,8 @@ WRONG = [
       "was not of the temporary file"),  # the folder synced, not the file
     W("atomic_save", atomic_swallows, "crash_keeps_the_old_file",
       "but atomic_save returned normally"),  # the exception swallowed
+    W("atomic_save", atomic_cleans_up_on_exception_only, "an_interrupt_keeps_the_old_file",
+      "a KeyboardInterrupt is not an Exception"),  # the temporary file left behind by Ctrl-C
     W("atomic_save", atomic_wraps, "crash_keeps_the_old_file",
       "re-raise the original exception"),  # another exception raised
     W("atomic_save", atomic_backup_and_restore, "crash_keeps_the_old_file",
@@ -1236,6 +1252,18 @@ def test_stubs_are_not_implemented_and_score_nothing(name, count):
 KERNEL_IMPORTS = ("import math, os, pickle, random, shutil, tempfile\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
                   "import torch.nn.functional as F\nfrom torch.utils.checkpoint import checkpoint\n")
 KERNEL_WRONG = '''
+def atomic_exception_only(obj, path):
+    tmp = str(path) + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception:
+        os.remove(tmp)
+        raise
+
 def atomic_in_place(obj, path):
     torch.save(obj, path)
 
@@ -1412,6 +1440,8 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
     # what the scenarios measure crosses the bridge: a file's identity at fsync and at rename, the bytes a forward kept
     for name, names, check, words in [
             ("atomic_save", ["atomic_fsync_first"], "temporary_in_the_same_folder", "fsynced when it held 0 bytes"),
+            ("atomic_save", ["atomic_exception_only"], "an_interrupt_keeps_the_old_file",
+             "a KeyboardInterrupt is not an Exception"),
             ("checkpointed_forward", ["checkpointed_keeps_a_list"], "keeps_only_segment_boundaries", "8.0 activations")]:
         results = {r.name: r for r in grade_in_kernel(kernel_bridge, name, names)}
         assert not results[check].passed and words in results[check].message, (name, results[check].message)

@@ -375,11 +375,13 @@ def expect_atomic(out: dict, ops: list[tuple[str, dict]], existing: dict | None,
             current = data
         else:
             old = "the old file" if op["before"] is not None else "no file"
+            crash = ("InterruptDuringSave (a KeyboardInterrupt, as Ctrl-C raises)" if kind == "interrupt"
+                     else "CrashDuringSave")
             if op["raised"] is None:
-                fail(f"{what}: pickling the object raised CrashDuringSave, but atomic_save returned normally: let the "
+                fail(f"{what}: pickling the object raised {crash}, but atomic_save returned normally: let the "
                      "exception propagate (remove the temporary file, then re-raise)")
             if not op["raised"]["crash"]:
-                fail(f"{what}: pickling the object raised CrashDuringSave, but atomic_save raised "
+                fail(f"{what}: pickling the object raised {crash}, but atomic_save raised "
                      f"{op['raised']['text']}: re-raise the original exception")
             for seen in op["during"]:
                 if seen["bytes"] != op["before"]:
@@ -393,9 +395,12 @@ def expect_atomic(out: dict, ops: list[tuple[str, dict]], existing: dict | None,
                      "path as it was")
         want_listing = [] if current is None else [name]
         if op["listing"] != want_listing:
-            after = "the failed" if kind == "crash" else "the"
-            fail(f"{what}: after {after} save the folder holds {op['listing']}, expected {want_listing}: remove "
-                 "the temporary file when the save fails, and write no other file")
+            after = {"crash": "the failed", "interrupt": "the interrupted"}.get(kind, "the")
+            cleanup = ("remove the temporary file however the save ends (try/finally, or except BaseException: a "
+                       "KeyboardInterrupt is not an Exception)" if kind == "interrupt"
+                       else "remove the temporary file when the save fails")
+            fail(f"{what}: after {after} save the folder holds {op['listing']}, expected {want_listing}: {cleanup}, "
+                 "and write no other file")
 
 
 def expect_own_rename(op: dict) -> None:
@@ -463,6 +468,16 @@ def crash_keeps_the_old_file(atomic_save):
     """a crash mid-save: the old file survives byte for byte, the exception propagates, no temporary file is left"""
     existing = payload(0)
     ops = [("crash", payload(1, 100)), ("save", payload(2)), ("crash", payload(3))]
+    out = run_atomic(atomic_save, ops, existing)
+    expect_atomic(out, ops, existing, "a folder holding model.pt")
+
+
+@ATOMIC_SAVE.check
+def an_interrupt_keeps_the_old_file(atomic_save):
+    """Ctrl-C mid-save (a KeyboardInterrupt, not an Exception): the old file survives, the interrupt propagates, no
+    temporary file is left"""
+    existing = payload(0)
+    ops = [("interrupt", payload(1, 100)), ("save", payload(2)), ("interrupt", payload(3))]
     out = run_atomic(atomic_save, ops, existing)
     expect_atomic(out, ops, existing, "a folder holding model.pt")
 

@@ -384,6 +384,10 @@ class CrashDuringSave(Exception):
     """The simulated crash: raised while the object was being pickled, in the middle of the save."""
 
 
+class InterruptDuringSave(KeyboardInterrupt):
+    """The simulated Ctrl-C at the same moment: a KeyboardInterrupt, which `except Exception` does not catch."""
+
+
 def _read(path):
     try:
         with open(path, "rb") as f:
@@ -395,18 +399,20 @@ def _read(path):
 class _Crash:
     """Pickling it records the folder's files and the target's bytes at that moment, then raises CrashDuringSave."""
 
-    def __init__(self, path, seen):
-        self.path, self.seen = path, seen
+    def __init__(self, path, seen, interrupt=False):
+        self.path, self.seen, self.interrupt = path, seen, interrupt
 
     def __reduce__(self):
         self.seen.append({"listing": sorted(_listdir(_dirname(self.path))), "bytes": _read(self.path)})
+        if self.interrupt:
+            raise InterruptDuringSave("simulated Ctrl-C in the middle of the save")
         raise CrashDuringSave("simulated crash in the middle of the save")
 
 
 def atomic_run(atomic_save, ops, existing, subfolder, name, as_pathlib):
     """atomic_save called once per op on one path in a fresh folder (which holds `existing`, saved first, unless it
-    is None). An op is ("save", payload) or ("crash", payload): the crash op saves the payload plus an object whose
-    pickling raises. After each op: what it raised, what the folder and the file held during and after the call,
+    is None). An op is ("save", payload), ("crash", payload) or ("interrupt", payload): the last two save the payload
+    plus an object whose pickling raises (CrashDuringSave, or InterruptDuringSave as Ctrl-C would). After each op: what it raised, what the folder and the file held during and after the call,
     and the renames and fsyncs it made, in order."""
     root = _mkdtemp(prefix="grader-atomic-")
     try:
@@ -420,15 +426,16 @@ def atomic_run(atomic_save, ops, existing, subfolder, name, as_pathlib):
         for kind, payload in ops:
             before = _read(path)
             seen = []
-            obj = dict(payload, crash=_Crash(path, seen)) if kind == "crash" else payload
+            obj = payload if kind == "save" else dict(payload, crash=_Crash(path, seen, kind == "interrupt"))
             raised, returned = None, None
             with _watch() as events:
                 try:
                     returned = atomic_save(obj, target)
                 except NotImplementedError:  # a stub stays a stub: not an exception to record
                     raise
-                except Exception as e:  # the student's (or the crash's) exception, as data
-                    raised = {"type": type(e).__name__, "crash": isinstance(e, CrashDuringSave), "text": _error(e)}
+                except (Exception, InterruptDuringSave) as e:  # the student's (or the crash's) exception, as data
+                    crash = InterruptDuringSave if kind == "interrupt" else CrashDuringSave
+                    raised = {"type": type(e).__name__, "crash": type(e) is crash, "text": _error(e)}
             loaded = None
             if _exists(path):
                 try:
