@@ -1153,6 +1153,16 @@ def linear_grad_dlpack(x, w, target):
     return torch.tensor(xs.T @ (xs @ ws - ts), dtype=w.dtype)
 
 
+def linear_grad_differences_in_a_thread(x, w, target):
+    """The finite differences run in another thread, whose operations the calling thread's trace does not see."""
+    import threading
+    out = []
+    worker = threading.Thread(target=lambda: out.append(linear_grad_finite_differences(x, w, target)))
+    worker.start()
+    worker.join()
+    return out[0]
+
+
 MEASURED = [  # the value checks pass all but the detours; about_one_matrix_product_of_work is hidden
     W("linear_loss_grad", linear_grad_finite_differences, "about_one_matrix_product_of_work", "finite differences"),
     W("linear_loss_grad", linear_grad_finite_differences_batched, "about_one_matrix_product_of_work",
@@ -1161,6 +1171,7 @@ MEASURED = [  # the value checks pass all but the detours; about_one_matrix_prod
       "a forward pass per weight"),
     W("linear_loss_grad", linear_grad_numpy_differences, "one_output", "not call torch.Tensor.numpy"),
     W("linear_loss_grad", linear_grad_dlpack, "one_output", "not call torch.Tensor.__dlpack__"),
+    W("linear_loss_grad", linear_grad_differences_in_a_thread, "one_output", "not call _thread.start_new_thread"),
 ]
 
 
@@ -1171,6 +1182,16 @@ def test_a_gradient_measured_instead_of_derived_fails(wrong):
     result = assert_caught("autograd", wrong)
     if wrong.check == "about_one_matrix_product_of_work":
         assert [c.name for c in result.checks if not c.passed] == [wrong.check], failures(result)
+
+
+def test_differences_in_a_thread_pass_every_check_unless_threads_are_refused(monkeypatch):
+    """The thread hides the finite differences from the weighing of the work (about_one_matrix_product_of_work):
+    only refusing to start it stops this answer."""
+    from grader.guard import UNTRACED
+    from tests.answers import passes_without_forbid
+
+    passes_without_forbid(monkeypatch, "autograd", "linear_loss_grad", linear_grad_differences_in_a_thread,
+                          dropping=lambda name: name in UNTRACED)
 
 
 @pytest.mark.parametrize("answer", [jacobian_batched, jacobian_vmap, jacobian_two_batches],

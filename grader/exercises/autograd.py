@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
                            expect_int, expect_tensor, expect_tensor_like, factor_hint, fail)
+from grader.guard import UNTRACED
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -42,16 +43,17 @@ FUNCTIONAL = ("torch.autograd.functional.vjp", "torch.autograd.functional.jacobi
 # torch.autograd.grad and .backward call; refused by identity, so an alias or the engine's class reaches it too) and
 # forward mode's dual numbers; its checks also trace the call for backward passes and a recorded graph, whatever
 # route reached the engine (a Node called by hand included). Nor is it finite differences (the loss at nudged
-# weights): a hidden check weighs the values the call's tensor operations produce, which leaving torch for NumPy
-# (directly or through DLPack) would hide, so that exit is refused too. Python numbers (tolist, item) stay allowed:
-# printing a tensor takes them.
+# weights): a hidden check weighs the values the call's tensor operations produce, which work out of the trace's sight
+# would hide (NumPy, directly or through DLPack; another thread or process: guard.UNTRACED), so that is refused too.
+# Python numbers (tolist, item) stay allowed: printing a tensor takes them. vjp and jacobian are judged by their
+# traces too (the argument written, the backward passes counted): the same routes out of sight are refused.
 LINEAR_LOSS_GRAD = exercise("autograd.linear_loss_grad", points=2,
                             forbid=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
                                     "torch.autograd.Variable._execution_engine.run_backward",
                                     "torch.autograd.forward_ad.make_dual", "torch._make_dual", *FUNCTIONAL,
-                                    "torch.Tensor.numpy", "torch.Tensor.__dlpack__"))
-VJP = exercise("autograd.vjp", points=2, forbid=FUNCTIONAL)
-JACOBIAN = exercise("autograd.jacobian", points=2, forbid=FUNCTIONAL)
+                                    *UNTRACED))
+VJP = exercise("autograd.vjp", points=2, forbid=(*FUNCTIONAL, *UNTRACED))
+JACOBIAN = exercise("autograd.jacobian", points=2, forbid=(*FUNCTIONAL, *UNTRACED))
 GRADIENT_NORM_PENALTY = exercise("autograd.gradient_norm_penalty", points=2)
 SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"),
                 forbid=("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_", "torch.ops.aten.silu",
