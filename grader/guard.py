@@ -253,11 +253,14 @@ class _Watch(TorchDispatchMode):
                     self.kept.append(t.untyped_storage())  # alive to the end: no later storage reuses its number
 
 
-# Where a check judges how the values were computed (a lineage), the ways to compute them out of the trace's sight,
-# for an exercise to forbid: leaving torch for NumPy (a view of the tensor's memory, or DLPack's), writing a tensor's
-# memory through its storage or swapping the storage under it, and another thread or process (a dispatch mode
-# watches one thread; a process writes shared memory).
-UNTRACED = ("torch.Tensor.numpy", "torch.Tensor.__dlpack__",
+# Where a check judges what the code did (its trace), the ways to work out of the trace's sight, for an exercise to
+# forbid: Python dispatch switched off for a while (torch's own helper, which printing a tensor calls, is made
+# harmless instead: _HARMLESS), leaving torch for NumPy (a view of the tensor's memory, or DLPack's), writing a
+# tensor's memory through its storage or swapping the storage under it, and another thread or process (a dispatch
+# mode watches one thread; a process writes shared memory).
+UNTRACED = ("torch._C._DisableTorchDispatch", "torch._C._ExcludeDispatchKeyGuard", "torch._C._pop_torch_dispatch_stack",
+            "torch.utils._python_dispatch._disable_current_modes",
+            "torch.Tensor.numpy", "torch.Tensor.__dlpack__",
             "torch.UntypedStorage.copy_", "torch.UntypedStorage.fill_", "torch.UntypedStorage.__setitem__",
             "torch.UntypedStorage._set_from_file", "torch.ops.aten.set_",
             *(f"_thread.{name}" for name in ("start_new_thread", "start_joinable_thread") if hasattr(_thread, name)),

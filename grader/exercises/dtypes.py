@@ -27,10 +27,7 @@ SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1,
 # no-op instead: guard._HARMLESS), and so is every other way to compute values out of its sight (NumPy, a storage
 # written directly, another thread or process: guard.UNTRACED). A check also counts the operators: values written in
 # one element at a time (Python numbers, each a scalar operand like any constant) take thousands.
-ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3,
-                         forbid=("torch.Tensor.bfloat16", "torch._C._DisableTorchDispatch",
-                                 "torch._C._ExcludeDispatchKeyGuard", "torch._C._pop_torch_dispatch_stack",
-                                 "torch.utils._python_dispatch._disable_current_modes", *UNTRACED))
+ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3, forbid=("torch.Tensor.bfloat16", *UNTRACED))
 # A library sum does the whole job its own way (pairwise, in a float32 accumulator, or exactly): refused by name,
 # torch's (its aten operators called directly too) and NumPy's (a cumulative sum's last element is the sum).
 _LIBRARY_SUMS = ("torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum", "torch.cumsum",
