@@ -220,23 +220,49 @@ def expect_raises(exc_type: type[BaseException] | tuple[type[BaseException], ...
     raise AssertionError("unreachable")
 
 
+# A counter of one's own (a dispatch mode that adds up what a model runs): a count runs no model, so a counting
+# exercise forbids entering any dispatch mode, whatever it counts.
+OWN_COUNTER = "torch.utils._python_dispatch.TorchDispatchMode.__enter__"
+# What a count may ask of torch: a tensor made to read its element size or dtype, a dtype worked out, a Python
+# number in and out. Anything else (a matrix product, a layer, an optimizer's update) is a model run, here or at
+# smaller sizes.
+_ASKING = {"empty", "empty_strided", "zeros", "ones", "full", "scalar_tensor", "lift_fresh", "lift_fresh_copy",
+           "local_scalar_dense", "detach", "alias", "promote_types", "result_type", "can_cast"}
+
+
 def at_sizes_no_tensor_can_hold(fn: Callable[..., Any], name: str, *, holds: str = "hold more than 2**63 elements",
                                 also_raise: tuple[type[BaseException], ...] = ()) -> Callable[..., Any]:
     """The student's `fn`, called where a tensor of the sizes asked for would `holds` (more than 2**63 elements or
     bytes): an error there means the code built tensors (a model run under a counter, on the meta device or not)
-    instead of doing arithmetic on the sizes, and the failure says so. `also_raise`: errors that pass unchanged."""
+    instead of doing arithmetic on the sizes, and the failure says so; so does a model run at smaller sizes and
+    scaled up (the call's trace). `also_raise`: errors that pass unchanged."""
+    from grader.scenario import tracing  # the scenario module imports this one's callers
+
     def called(*args: Any, **kwargs: Any) -> Any:
+        shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
         try:
-            return fn(*args, **kwargs)
+            with tracing() as trace:
+                result = fn(*args, **kwargs)
         except (NotImplementedError, CheckFailure, *also_raise):  # a stub, or a forbidden call already refused
             raise
         except Exception as e:
             first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
             fail(f"{name}({shown}) raised {type(e).__name__}: {first[:120]}. A tensor of these sizes would {holds}, "
                  "which no tensor can, not even on the meta device. A count is arithmetic on the sizes: compute it "
                  "instead of building or running a model")
+        expect_no_model_run(trace.ops, f"{name}({shown})")
+        return result
     return called
+
+
+def expect_no_model_run(ops: dict[str, int], what: str) -> None:
+    """A count's trace holds no tensor operation beyond asking torch about a dtype: anything else is a model run,
+    at the sizes asked or at small ones scaled up (exact for a count that is linear or polynomial in them)."""
+    ran = sorted({op.split(".")[1] if op.startswith("aten.") else op for op in ops}
+                 - {f"{a}{b}" for a in ("", "_") for b in _ASKING})
+    if ran:
+        fail(f"{what} ran tensor operations ({', '.join(ran[:6])}): a model run, at these sizes or at smaller ones "
+             "scaled up, is not a count. A count is arithmetic on the sizes: compute it with Python ints")
 
 
 def expect_int(value: Any, what: str) -> int:

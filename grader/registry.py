@@ -35,6 +35,7 @@ class Exercise:
     needs: tuple[str, ...]
     title: str = ""
     forbid: tuple[str, ...] = ()  # dotted names the student's code may not call, e.g. "torch.broadcast_shapes"
+    counts: bool = False  # an accounting exercise: arithmetic on sizes, so every call is traced for a model run
     checks: list[Check] = field(default_factory=list)
     module: str = ""  # the module that declared it: the course's own exercises are held to the chapter rules
 
@@ -78,12 +79,13 @@ _DECLARED: dict[str, Exercise] = {}  # filled by exercise() as the check modules
 
 
 def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None, title: str = "",
-             forbid: tuple[str, ...] = ()) -> Exercise:
+             forbid: tuple[str, ...] = (), counts: bool = False) -> Exercise:
     """Declare an exercise; `needs` defaults to the part of the id after the chapter.
 
     `forbid` names library functions that would do the exercise for the student; calling one fails the check, under
     any name or route (grader/guard.py refuses each by identity). A malformed entry is an error here; one this torch
-    lacks is skipped when checking (it cannot be called).
+    lacks is skipped when checking (it cannot be called). `counts` marks a count (FLOPs, bytes): a check whose calls
+    ran a model, at any size, fails (runner.run_check).
     """
     if id.count(".") != 1:
         raise ValueError(f"exercise id must be '<chapter>.<name>', got {id!r}")
@@ -102,7 +104,7 @@ def exercise(id: str, points: float, needs: tuple[str, ...] | str | None = None,
         except ValueError as e:
             raise ValueError(f"{id}: {e}") from None
     ex = Exercise(id=id, points=points, needs=tuple(needs), title=title or id.split(".", 1)[1],
-                  forbid=tuple(forbid), module=sys._getframe(1).f_globals.get("__name__", ""))
+                  forbid=tuple(forbid), counts=counts, module=sys._getframe(1).f_globals.get("__name__", ""))
     _DECLARED[id] = ex
     return ex
 

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from grader import guard, registry, wire
-from grader.expect import CheckFailure, describe
+from grader.expect import CheckFailure, describe, expect_no_model_run
 from grader.registry import Check, Exercise, Registry
 from grader.results import (CRASHED, ERROR, FAILED, MEMORY, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT,
                             CheckResult, ExerciseResult)
-from grader.scenario import current_trace
+from grader.scenario import current_trace, tracing
 
 _GRADER_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIB_DIRS = tuple({os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.__file__),
@@ -199,7 +199,12 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
     checking = _CHECKING.set(exercise)
     try:
         with _isolated(seed_for(exercise.id, check.name, salt if check.hidden else "")), _time_limit(limit) as fired:
-            check.fn(*objs)
+            if exercise.counts:  # every call of this check traced: a count runs no model, at any size
+                with tracing() as trace:
+                    check.fn(*objs)
+                expect_no_model_run(trace.ops, f"{exercise.name}, called by this check,")
+            else:
+                check.fn(*objs)
         if fired:  # the alarm went off inside code that swallowed it (a __del__): still a timeout
             raise CheckTimeout(limit)
     except CheckTimeout as e:
@@ -214,8 +219,12 @@ def run_check(exercise: Exercise, check: Check, objs: tuple[Any, ...], timeout: 
         status, message = CRASHED, f"the kernel died ({e.args[0] if e.args else 'it crashed'})"
     except CheckFailure as e:
         status, message = FAILED, str(e)
-    except NotImplementedError:
-        status, message = NOT_IMPLEMENTED, "not implemented yet"
+    except NotImplementedError as e:  # the stub's own raise; torch's (a meta tensor's data) is an error
+        from_kernel = hasattr(e, "grader_where")  # the kernel told a stub's from torch's already (kernel_side._error)
+        if from_kernel or wire.raised_by_own_code(e.__traceback__, (_GRADER_DIR, *_LIB_DIRS)):
+            status, message = NOT_IMPLEMENTED, "not implemented yet"
+        else:
+            status, message = ERROR, _error_message(e)
     except KeyboardInterrupt:
         status, message = ERROR, "interrupted"
     except BaseException as e:  # SystemExit, RecursionError, student exceptions: all become a status

@@ -11,6 +11,7 @@ the kernel's copy from this file's text before any student code runs (as it inst
 notebook cannot have changed the copy the kernel side uses. `grader.scenario.to_data` is a round trip
 through it, so a notebook sees exactly what grading would.
 """
+import dis
 import linecache
 import os
 import traceback
@@ -157,6 +158,25 @@ def unpack(x, token, storages, student=None):
     if t is dict:
         return {k: unpack(v, token, storages, student) for k, v in x.items()}
     return x
+
+
+_RAISING = {dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap}
+
+
+def raised_by_own_code(tb, skip_dirs, skip_files=()):
+    """Whether an exception came from a `raise` statement in the student's own code (the innermost frame), as a
+    stub's `raise NotImplementedError` does, and not from a library the code called: torch raises NotImplementedError
+    too (a meta tensor has no data to copy), from a C method, so the innermost frame is the student's line, but the
+    instruction there is a call, not a raise."""
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if code.co_filename.startswith(tuple(skip_files)) or \
+            os.path.abspath(code.co_filename).startswith(tuple(skip_dirs)):
+        return False
+    return 0 <= tb.tb_lasti < len(code.co_code) and code.co_code[tb.tb_lasti] in _RAISING
 
 
 def student_frames(tb, skip_dirs, skip_files=(), limit=3):

@@ -31,6 +31,8 @@ CELLS = [
     "def die(): os._exit(1)\n"
     "def pair(): return (1, 2.5, 'x', None, [True], {'k': torch.ones(2)})\n"
     "def meta(x): return (x.shape, x.dtype, x.device, 1 + 2j, b'raw')\n"
+    "def stub(a, b): raise NotImplementedError\n"
+    "def meta_data(a, b): return torch.empty(2, device='meta').cpu()\n"
     # issue 26: a builtin under another name, in a partial made before the check, a refusal caught and retried
     "import functools\n"
     "from torch._C import _is_alias_of as ALIAS\n"
@@ -86,6 +88,23 @@ def test_exceptions_keep_their_kind_and_the_students_name(bridge):
         remote(bridge, "shape_error")()
     assert type(info.value).__name__ == "ShapeError" and "bad shape" in str(info.value)
     assert "shape_error" in info.value.grader_where
+
+
+def test_a_stubs_not_implemented_and_torchs_is_an_error_in_the_notebook_and_the_kernel(bridge):
+    """Catches torch's own NotImplementedError (a meta tensor has no data to copy) graded as "not implemented yet":
+    only the student's `raise` is a stub; torch's is an error that shows its message and the student's line."""
+    from grader.runner import run_check
+    ex = registry.load().get("tensors.broadcast_shape")
+    check = ex.checks[0]
+    namespace = {}
+    exec("import torch\ndef stub(a, b): raise NotImplementedError\n"
+         "def meta_data(a, b): return torch.empty(2, device='meta').cpu()\n", namespace)
+    for name, status in (("stub", "not_implemented"), ("meta_data", "error")):
+        for fn in (namespace[name], remote(bridge, name)):
+            r = run_check(ex, check, (fn,), timeout=None)
+            assert r.status == status, (name, type(fn).__name__, r.status, r.message)
+            if status == "error":
+                assert "Cannot copy out of meta tensor" in r.message and "meta_data" in r.message, r.message
 
 
 def test_an_error_in_the_kernel_names_the_inputs_of_the_call(bridge):

@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
+from grader.expect import (OWN_COUNTER, CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
                            expect_int, expect_tensor, expect_tensor_like, factor_hint, fail)
 from grader.guard import UNTRACED
 from grader.registry import exercise
@@ -62,11 +62,12 @@ ACCUMULATE_STEP = exercise("autograd.accumulate_step", points=3)
 # penalty_step_flops is arithmetic on sizes: torch's counter on a real step would do the job in one call, so it is
 # refused while the student's function runs (the class and entering it, under any name), and so are its per-op
 # formulas; a counter of one's own that runs a model is stopped by sizes no tensor can hold.
-PENALTY_STEP_FLOPS = exercise("autograd.penalty_step_flops", points=3,
+PENALTY_STEP_FLOPS = exercise("autograd.penalty_step_flops", points=3, counts=True,
                               forbid=("torch.utils.flop_counter.FlopCounterMode.__enter__",
                                       "torch.utils.flop_counter.FlopCounterMode",
                                       *(f"torch.utils.flop_counter.{name}" for name in ("mm_flop", "addmm_flop",
-                                                                                        "bmm_flop", "baddbmm_flop"))))
+                                                                                        "bmm_flop", "baddbmm_flop")),
+                                      OWN_COUNTER, *UNTRACED))
 
 
 def _tolerance(dtype: torch.dtype) -> dict:

@@ -22,10 +22,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from grader.expect import (CheckFailure, at_sizes_no_tensor_can_hold, describe, expect, expect_equal, expect_int,
+from grader.expect import (OWN_COUNTER, CheckFailure, at_sizes_no_tensor_can_hold, describe, expect, expect_equal, expect_int,
                            factor_hint, fail)
 from grader.inputs import randint
 from grader.oracle import once_per_process
+from grader.guard import UNTRACED
 from grader.registry import exercise
 
 _Counter = FlopCounterMode  # torch's own FLOP counter: the oracle for matmul_flops, mlp_flops, transformer_flops
@@ -42,20 +43,23 @@ _DTYPE_OF_BYTES = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}
 # runs, under any name (entering the mode is refused on the class itself, so an alias bound by the notebook's imports
 # is refused too), and so are the counter's per-op formulas (mm_flop(a_shape, b_shape) is 2mkn; sdpa_flop_count is
 # attention's two matmuls; conv_flop_count is a matmul's count for a 1 x 1 convolution). A counter of one's own that
-# runs a model (a TorchDispatchMode on the meta device) is stopped by sizes instead: see shapes_no_tensor_can_hold.
+# runs a model (a TorchDispatchMode on the meta device), at the sizes asked or at small ones scaled up, is stopped by
+# sizes no tensor can hold and the trace of that call (see shapes_no_tensor_can_hold), and so is the work out of the
+# trace's sight (guard.UNTRACED: another thread, dispatch switched off).
 COUNTER = ("torch.utils.flop_counter.FlopCounterMode.__enter__", "torch.utils.flop_counter.FlopCounterMode")
 FORMULAS = tuple(f"torch.utils.flop_counter.{name}" for name in ("mm_flop", "addmm_flop", "bmm_flop", "baddbmm_flop",
                                                                    "sdpa_flop_count", "conv_flop_count"))
-MATMUL_FLOPS = exercise("flops.matmul_flops", points=1, forbid=(*COUNTER, *FORMULAS))
-MLP_FLOPS = exercise("flops.mlp_flops", points=3, forbid=(*COUNTER, *FORMULAS))
+COUNTING = (*COUNTER, *FORMULAS, OWN_COUNTER, *UNTRACED)
+MATMUL_FLOPS = exercise("flops.matmul_flops", points=1, counts=True, forbid=COUNTING)
+MLP_FLOPS = exercise("flops.mlp_flops", points=3, counts=True, forbid=COUNTING)
 MFU = exercise("flops.mfu", points=1)
 TRAINING_DAYS = exercise("flops.training_days", points=2)
-TRANSFORMER_FLOPS = exercise("flops.transformer_flops", points=4, forbid=(*COUNTER, *FORMULAS))
+TRANSFORMER_FLOPS = exercise("flops.transformer_flops", points=4, counts=True, forbid=COUNTING)
 ARITHMETIC_INTENSITY = exercise("flops.arithmetic_intensity", points=1)
 ROOFLINE = exercise("flops.roofline", points=2)
-ADAMW_STEP_FLOPS = exercise("flops.adamw_step_flops", points=2)
-DECODE_INTENSITY = exercise("flops.decode_intensity", points=2, forbid=(*COUNTER, *FORMULAS))
-RIDGE_BATCH = exercise("flops.ridge_batch", points=2, forbid=(*COUNTER, *FORMULAS))
+ADAMW_STEP_FLOPS = exercise("flops.adamw_step_flops", points=2, counts=True, forbid=COUNTING)
+DECODE_INTENSITY = exercise("flops.decode_intensity", points=2, counts=True, forbid=COUNTING)
+RIDGE_BATCH = exercise("flops.ridge_batch", points=2, counts=True, forbid=COUNTING)
 
 
 def close(got: float, want: float, rel: float = 1e-9) -> bool:

@@ -29,9 +29,11 @@ from grader.expect import (CheckFailure, call, describe, expect, expect_equal, e
                            expect_tensor_like, expect_type, factor_hint, fail)
 from grader.inputs import randint
 from grader.oracle import once_per_process
+from grader.guard import UNTRACED
 from grader.registry import exercise
 from grader.scenario import run_scenario
 from grader.scenarios import memory as scenarios
+from grader.expect import OWN_COUNTER
 from grader.expect import at_sizes_no_tensor_can_hold as _no_tensor_can_hold
 
 
@@ -42,19 +44,21 @@ def at_sizes_no_tensor_can_hold(fn, name: str):
 
 
 GET_MEMORY_USAGE = exercise("memory.get_memory_usage", points=1)
-TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1)
+TENSOR_NBYTES = exercise("memory.tensor_nbytes", points=1, counts=True, forbid=(OWN_COUNTER, *UNTRACED))
 COMPACT = exercise("memory.compact", points=2)
-TRAINING_MEMORY = exercise("memory.training_memory", points=2)
-MAX_PARAMS = exercise("memory.max_params", points=1)
+TRAINING_MEMORY = exercise("memory.training_memory", points=2, counts=True)
+MAX_PARAMS = exercise("memory.max_params", points=1, counts=True)
 # Recording the saved tensors of a real block is the shortcut (and cannot reach the sizes no tensor can hold):
-# refused while the student's function runs, under any name, the C function the context manager calls included.
-ACTIVATION_BYTES = exercise("memory.activation_bytes", points=3,
+# refused while the student's function runs, under any name, the C function the context manager calls included. A
+# block run at small sizes and scaled up is stopped by the trace of the call at sizes no tensor can hold, and so is
+# the work out of the trace's sight (guard.UNTRACED) in every byte count.
+ACTIVATION_BYTES = exercise("memory.activation_bytes", points=3, counts=True,
                             forbid=("torch.autograd.graph.saved_tensors_hooks.__enter__",
                                     "torch.autograd.graph.saved_tensors_hooks",
-                                    "torch._C._autograd._push_saved_tensors_default_hooks"))
+                                    "torch._C._autograd._push_saved_tensors_default_hooks", OWN_COUNTER, *UNTRACED))
 GET_BATCH = exercise("memory.get_batch", points=3)
-TRAINING_PEAK_BYTES = exercise("memory.training_peak_bytes", points=3)
-KV_CACHE_BYTES = exercise("memory.kv_cache_bytes", points=2)
+TRAINING_PEAK_BYTES = exercise("memory.training_peak_bytes", points=3, counts=True, forbid=(OWN_COUNTER, *UNTRACED))
+KV_CACHE_BYTES = exercise("memory.kv_cache_bytes", points=2, counts=True, forbid=(OWN_COUNTER, *UNTRACED))
 
 # Bytes per element of every dtype, from the formats' definitions (literals: the check computes nothing the
 # exercise asks for).
@@ -397,6 +401,13 @@ def expect_own_starts(get_batch, length: int, batch_size: int, context_length: i
     expect(len(starts) > draws * batch_size // 2,
            f"{what}: {draws * batch_size} rows started at only {len(starts)} positions; starts must be independent "
            "and uniform")
+    # Independent starts put the other rows at new distances from the first in every batch; rows that follow the
+    # first (at a stride, or one after another, wrapping round) keep the same distances in every batch.
+    valid = length - context_length
+    gaps = {tuple((s - x[0, 0].item()) % valid for s in x[:, 0].tolist()) for x, _ in out}
+    expect(len(gaps) > 1, f"{what}: in each of {draws} batches the rows start at the same distances from the first row "
+                          f"({list(next(iter(gaps)))[:6]}, counted round the {valid} starts): they follow one draw. "
+                          "Draw each row's start independently (torch.randint(..., (batch_size,)))")
 
 
 @GET_BATCH.check

@@ -111,14 +111,26 @@ def batches(get_batch, tokens, batch_size, context_length, draws, seed, device="
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _pinned_as_is(tensor, *args, **kwargs):
+    """pin_memory while the meta device stands for an accelerator: the tensor itself, on every grading machine (a
+    machine without one refuses to pin, one with a GPU pins: the grade would depend on the machine)."""
+    return tensor
+
+
 def layout(get_batch, tokens, batch_size, context_length, device, seed):
     """One get_batch call: type, dtype, shape and device of each thing it returned (for devices such as
-    'meta', whose tensors cannot come back as data)."""
+    'meta', whose tensors cannot come back as data). Pinning host memory, the step before an asynchronous copy to
+    an accelerator, is a no-op here."""
     folder = tempfile.mkdtemp(prefix="grader-memmap-")
+    pin = torch.Tensor.pin_memory
     try:
         data = _memmap(folder, tokens)
         _seed(seed)
-        out = get_batch(data, batch_size, context_length, device)
+        torch.Tensor.pin_memory = _pinned_as_is
+        try:
+            out = get_batch(data, batch_size, context_length, device)
+        finally:
+            torch.Tensor.pin_memory = pin
         del data
         if type(out) not in (tuple, list):
             return {"type": type(out).__name__, "items": None}
