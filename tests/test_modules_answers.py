@@ -1122,7 +1122,112 @@ class SequentialInner(nn.Module):
         return self.inner(x)
 
 
+class SequentialEmptyRunner(SequentialSetattr):
+    """An empty nn.Sequential made in forward (it registers nothing) handed this module's own _modules, then called:
+    nn.Sequential's code runs the modules."""
+
+    def forward(self, x):
+        runner = nn.Sequential()
+        runner._modules = self._modules
+        return runner(x)
+
+
+class SequentialCallsItsForward(SequentialSetattr):
+    """forward calls nn.Sequential.forward on itself (not taken by assignment), with an __iter__ of its own."""
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, x):
+        return nn.Sequential.forward(self, x)
+
+
+_SEQUENTIAL_FORWARD = nn.Sequential.forward  # bound before the check, as a notebook's import would
+
+
+class SequentialCallsAnAlias(SequentialCallsItsForward):
+    """The same through an alias bound at import time."""
+
+    def forward(self, x):
+        return _SEQUENTIAL_FORWARD(self, x)
+
+
 THROWAWAY = [SequentialThrowaway, SequentialThrowawayForward, SequentialInner]
+
+
+class ConcatWrongInTraining(nn.Module):
+    """Right in eval mode only: in training mode it concatenates along the batch."""
+
+    def __init__(self, net1, net2):
+        super().__init__()
+        self.net1, self.net2 = net1, net2
+
+    def forward(self, x):
+        return torch.cat([self.net1(x), self.net2(x)], dim=0 if self.training else -1)
+
+
+class CruncherOneDrawRearranged(CruncherMultiDot):
+    """One (dim, dim) draw; layer i gets it with its rows rolled by i: never equal, never a fresh draw."""
+
+    def __init__(self, dim, num_layers):
+        super().__init__(dim, 0)
+        base = torch.randn(dim, dim) / math.sqrt(dim)
+        for i in range(num_layers):
+            layer = Linear(dim, dim)
+            with torch.no_grad():
+                layer.weight.copy_(base.roll(i, 0))
+            self.layers.append(layer)
+
+
+class CruncherOneDrawScaled(CruncherMultiDot):
+    """One draw, layer i gets it scaled by 1 + i/10: never equal, never rearranged, and still one draw."""
+
+    def __init__(self, dim, num_layers):
+        super().__init__(dim, 0)
+        base = torch.randn(dim, dim) / math.sqrt(dim)
+        for i in range(num_layers):
+            layer = Linear(dim, dim)
+            with torch.no_grad():
+                layer.weight.copy_(base * (1 + i / 10))
+            self.layers.append(layer)
+
+
+class RunningMeanPythonCount(nn.Module):
+    """The true count in a Python int, copied into the buffer: right until a reloaded module trains again."""
+
+    def __init__(self, num_features):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+        self.n = 0
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.mean.mul_(self.n).add_(x.sum(0)).div_(self.n + x.shape[0])
+                self.n += x.shape[0]
+                self.count.fill_(self.n)
+        return x - self.mean
+
+
+class RunningMeanKeepsRows(nn.Module):
+    """Every row kept in a Python list, the mean recomputed from all of them: memory without bound, and a reloaded
+    module forgets the rows."""
+
+    def __init__(self, num_features):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(num_features))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+        self.rows = []
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.rows.append(x.detach().clone())
+                every = torch.cat(self.rows)
+                self.mean.copy_(every.double().mean(0))
+                self.count.fill_(every.shape[0])
+        return x - self.mean
 
 
 # Each names the check that must fail it, public where one catches it (the student sees it before grading), with
@@ -1148,6 +1253,8 @@ WRONG = [
     # an nn.Sequential built of the modules, in forward (called or .forward) or kept as a child: expect_sequential's
     # `sequentials_built` (the scenario's module-registration hook) names it in the public checks
     *(W("MySequential", obj, "runs_the_modules_in_order", "builds a torch.nn.Sequential") for obj in THROWAWAY),
+    *(W("MySequential", obj, "runs_the_modules_in_order", "runs torch.nn.Sequential's forward")
+      for obj in (SequentialEmptyRunner, SequentialCallsItsForward, SequentialCallsAnAlias)),
     W("MySequential", SequentialNoneWhenEmpty, "no_modules_returns_x", "got NoneType"),
     W("MySequential", SequentialBorrowedForward, "runs_the_modules_in_order",
       "takes forward = torch.nn.Sequential.forward"),
@@ -1166,6 +1273,8 @@ WRONG = [
     W("Concat", ConcatHidden, "both_nets_are_registered", "misses net1's parameters"),
     W("Concat", ConcatTwiceNet1, "concatenates_the_two_outputs", "has shape (5, 8), expected (5, 6)"),
     W("Concat", ConcatInPlace, "does_not_compose_the_nets", "changed its input x in place"),
+    W("Concat", ConcatWrongInTraining, "concatenates_the_two_outputs", "Sizes of tensors must match except in "
+      "dimension 0", status=ERROR),  # raised in training mode, which every check but this one skipped
     # Cruncher
     W("Cruncher", CruncherNNLinear, "state_dict_keys_and_shapes",
       "state_dict()['final.weight'] has shape (1, 8), expected (8, 1)"),
@@ -1180,6 +1289,11 @@ WRONG = [
     W("Cruncher", CruncherData, "gradients_reach_the_weights", "no gradient reached it"),
     W("Cruncher", CruncherProductFirst, "zero_layers", "reduce() of empty iterable", status=ERROR),
     W("Cruncher", CruncherSequentialLayers, "state_dict_keys_and_shapes", "the exercise asks for an nn.ModuleList"),
+    W("Cruncher", CruncherOneDrawRearranged, "each_layer_its_own_weight", "rearranged: one draw shared by two layers"),
+    W("Cruncher", CruncherOneDrawScaled, "each_layer_its_own_weight", "are correlated (r = 1.00)"),
+    # RunningMean: state outside the buffers, seen once a reloaded module trains again
+    W("RunningMean", RunningMeanPythonCount, "restored_from_state_dict", "count is 5, expected 14"),
+    W("RunningMean", RunningMeanKeepsRows, "restored_from_state_dict", "count is 5, expected 14"),
     # get_num_parameters
     W("get_num_parameters", count_state_dict, "tied_embedding_and_head", "expected 50"),  # a tied weight twice
     W("get_num_parameters", count_state_dict, "buffers_do_not_count", "returned 33, expected 24"),  # and buffers

@@ -201,6 +201,24 @@ def _broadcast_by_refs(a, b):
         raise ValueError(str(e)) from None
 
 
+def _offset_by_a_meta_copy(x, index):
+    """x's layout rebuilt on the meta device (no memory), indexed there: torch finds the position and raises the
+    IndexError."""
+    size = x.storage_offset() + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1
+    return torch.empty(size, device="meta").as_strided(tuple(x.shape), x.stride(), x.storage_offset())[
+        tuple(index)].storage_offset()
+
+
+def _broadcast_by_torch_rule(rule):
+    """One of torch's pure-Python two-shape rules (shape functions, prims, fake tensors), its errors as ValueError."""
+    def broadcast_shape(a, b):
+        try:
+            return tuple(int(s) for s in rule(list(a), list(b)))
+        except (AssertionError, RuntimeError) as e:
+            raise ValueError(str(e)) from None
+    return broadcast_shape
+
+
 def _offset_by_narrowing(x, index):
     """Narrows x down to the one element and reads its storage_offset(): needs a tensor, not just its layout."""
     if len(index) != x.dim():
@@ -304,6 +322,13 @@ WRONG = [
         (i % s) * st for i, s, st in zip(index[1:], x.shape[1:], x.stride()[1:])),
       "from_the_layout_alone", "no attribute 'select'"),
     W("element_offset", _offset_by_narrowing, "from_the_layout_alone", "no attribute 'narrow'"),
+    W("element_offset", _offset_by_a_meta_copy, "from_the_layout_alone", "made a tensor with x's layout and indexed "
+      "it (torch ran as_strided, select"),
+    *(W("broadcast_shape", _broadcast_by_torch_rule(rule), "same_rank", f"not call {name}") for name, rule in [
+        ("torch.jit._shape_functions.broadcast", __import__("torch.jit._shape_functions").jit._shape_functions.broadcast),
+        ("torch._prims_common.infer_size_shapes", torch._prims_common.infer_size_shapes),
+        ("torch._subclasses.fake_impls.infer_size", __import__("torch._subclasses.fake_impls").
+         _subclasses.fake_impls.infer_size)]),
     # the broadcast_shape forbid list names these: the check fails with "must do this itself, not call ..."
     W("broadcast_shape", lambda a, b: __import__("numpy").broadcast_shapes(a, b), "same_rank",
       "not call numpy.broadcast_shapes"),

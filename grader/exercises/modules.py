@@ -123,6 +123,9 @@ def expect_sequential(MySequential, specs, x: torch.Tensor, how: str, seed: int 
     borrowed = got.get("borrowed") or {}
     expect(not borrowed, f"{what} takes {', '.join(f'{k} = torch.nn.{v}' for k, v in borrowed.items())} from "
                          "torch's containers, whose code then does the job: write forward yourself")
+    ran = got.get("sequential_forward_ran") or []
+    expect(not ran, f"{what} runs torch.nn.Sequential's forward (on a {' and a '.join(ran)}), whose code then does "
+                    "the whole job: run the modules in order in forward yourself")
     if structure:
         base = next((c for c in got["classes"] if c in CONTAINERS), None)
         expect(base is None, f"{what} is a subclass of {base}: subclass nn.Module directly and register the "
@@ -196,17 +199,20 @@ def no_modules_returns_x(MySequential):
 
 # ---------------------------------------------------------------- Concat
 
-def expect_concat(Concat, spec1, spec2, x: torch.Tensor, how: str, seed: int = 0, same: bool = False) -> dict:
+def expect_concat(Concat, spec1, spec2, x: torch.Tensor, how: str, seed: int = 0, same: bool = False,
+                  training: bool = False) -> dict:
+    """Concat(net1, net2) on x, in training mode or in eval mode, against cat([net1(x), net2(x)], dim=-1): output,
+    registered parameters and each net's gradients."""
     net1, net2 = common.build_all([spec1, spec2], seed)
     if same:
         net2 = net1
-    net1.eval(), net2.eval()
+    net1.train(training), net2.train(training)
     y1, y2 = net1(x), net2(x)
     want = _cat([y1, y2], dim=-1)
     g = torch.randn(want.shape)
     _backward([want], [g])
-    got = run_scenario(scenarios.concat_report, Concat, spec1, spec2, x, g, seed, same)
-    what = f"Concat({how})"
+    got = run_scenario(scenarios.concat_report, Concat, spec1, spec2, x, g, seed, same, training)
+    what = f"Concat({how}{', in training mode' if training else ''})"
     expect_module_call(got, what)
     expect_input_kept(got, f"{what}(x)")
     out = got["output"]
@@ -242,8 +248,11 @@ def does_not_compose_the_nets(Concat):
 
 @CONCAT.check
 def concatenates_the_two_outputs(Concat):
-    """Linear(3, 4) and Linear(3, 2) side by side: output (batch, 6) = cat([net1(x), net2(x)], dim=-1)"""
-    expect_concat(Concat, ["Linear", 3, 4], ["Linear", 3, 2], torch.randn(5, 3), "Linear(3, 4), Linear(3, 2)")
+    """Linear(3, 4) and Linear(3, 2) side by side: output (batch, 6) = cat([net1(x), net2(x)], dim=-1), in training
+    mode and in eval mode"""
+    for training in (True, False):
+        expect_concat(Concat, ["Linear", 3, 4], ["Linear", 3, 2], torch.randn(5, 3), "Linear(3, 4), Linear(3, 2)",
+                      training=training)
 
 
 @CONCAT.check
@@ -367,13 +376,22 @@ def zero_layers(Cruncher):
 
 
 def expect_independent_layers(Cruncher, dim: int, num_layers: int, seed: int) -> None:
-    """Every layer has its own weight: no two layers' weights are equal."""
+    """Every layer has its own weight, drawn afresh: no two layers' weights are equal, hold the same values in another
+    order or with other signs (one draw rearranged), or follow each other closely (one draw scaled or nudged)."""
     got = expect_cruncher(Cruncher, dim, num_layers, torch.randn(3, dim), seed=seed, grads=False)
     weights = [got["state_dict"][f"layers.{i}.weight"] for i in range(num_layers)]
     for i in range(num_layers):
         for j in range(i + 1, num_layers):
-            expect(not torch.equal(weights[i], weights[j]), f"Cruncher({dim}, {num_layers}): layers.{i}.weight equals "
-                                                            f"layers.{j}.weight; make a new layer for each position")
+            what = f"Cruncher({dim}, {num_layers}): layers.{i}.weight"
+            expect(not torch.equal(weights[i], weights[j]), f"{what} equals layers.{j}.weight; make a new layer for "
+                                                            "each position")
+            a, b = weights[i].double().flatten(), weights[j].double().flatten()
+            expect(not torch.equal(a.abs().sort().values, b.abs().sort().values),
+                   f"{what} holds the same values as layers.{j}.weight, rearranged: one draw shared by two layers; "
+                   "draw each layer's weight afresh")
+            r = float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+            expect(abs(r) < 0.7, f"{what} and layers.{j}.weight are correlated (r = {r:.2f}): one draw shared by "
+                                 "two layers; draw each layer's weight afresh")
 
 
 @CRUNCHER.check

@@ -6,7 +6,7 @@ import torch
 from grader.expect import (CheckFailure, call, describe, expect, expect_equal, expect_raises, expect_tensor,
                            expect_tensor_like, expect_type, fail)
 from grader.registry import exercise
-from grader.scenario import run_scenario
+from grader.scenario import run_scenario, tracing
 from grader.scenarios import tensors as scenarios
 
 _broadcast_shapes = torch.broadcast_shapes  # the references, bound before any student code runs
@@ -16,11 +16,16 @@ _matmul = torch.matmul
 # Builtins that answer "one storage?" outright: refused by identity, under any name (grader/guard.py).
 SAME_STORAGE = exercise("tensors.same_storage", points=2, forbid=("torch._C._is_alias_of", "torch._C._overlaps"))
 ELEMENT_OFFSET = exercise("tensors.element_offset", points=3)
-# Library routes to the broadcast shape; any other (arrays, meta tensors) fails on shapes no array can have.
+# Library routes to the broadcast shape, torch's pure-Python rules for shape functions, fake tensors, prims and its
+# NumPy layer included; any other (arrays, meta tensors) fails on shapes no array can have.
 BROADCAST_SHAPE = exercise("tensors.broadcast_shape", points=2,
                            forbid=("torch.broadcast_shapes", "torch.functional.broadcast_shapes",
                                    "torch.broadcast_tensors", "torch.broadcast_to", "torch._C._infer_size",
                                    "torch._refs.broadcast_shapes", "torch._refs._broadcast_shapes",
+                                   "torch.jit._shape_functions.broadcast", "torch._prims_common.infer_size_shapes",
+                                   "torch._subclasses.fake_impls.infer_size",
+                                   "torch._numpy._funcs_impl.broadcast_shapes",
+                                   "torch.backends._nnapi.serializer.broadcast_shapes",
                                    "numpy.broadcast_shapes", "numpy.broadcast", "numpy.broadcast_arrays",
                                    "numpy.broadcast_to"))
 ATTENTION_SCORES = exercise("tensors.attention_scores", points=2)
@@ -150,13 +155,26 @@ def negative_index(element_offset):
     expect_offset(element_offset, x, (-1, -2), "x = arange(24).view(4, 6)[1:]")
 
 
+# Operators that make a tensor with a given layout, or step through one: with them, torch's own indexing finds the
+# position (torch.empty(n, device="meta").as_strided(shape, stride, offset)[index].storage_offset()).
+_LAYOUTS = {"as_strided", "empty_strided", "new_empty_strided", "set", "select", "slice", "index", "unfold",
+            "diagonal", "expand", "permute", "transpose", "t", "narrow", "unbind", "split", "view", "unsafe_view",
+            "alias"}
+
+
 def expect_offset_from_layout(element_offset, shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
                               index: tuple[int, ...]) -> None:
     """element_offset on an object with only x's shape, stride() and storage_offset(): the formula, no indexing."""
     x = numbered(offset + sum((s - 1) * st for s, st in zip(shape, stride)) + 1).as_strided(shape, stride, offset)
     how = (f"element_offset(x, {index}) for an x that has only shape {shape}, stride() {stride} "
            f"and storage_offset() {offset}")
-    out = run_scenario(scenarios.offset_from_layout, element_offset, shape, stride, offset, index)
+    with tracing() as trace:
+        out = run_scenario(scenarios.offset_from_layout, element_offset, shape, stride, offset, index)
+    rebuilt = sorted(op.removeprefix("aten.") for op in trace.ops if op.removeprefix("aten.").strip("_") in _LAYOUTS)
+    if rebuilt:
+        fail(f"{how} made a tensor with x's layout and indexed it (torch ran {', '.join(rebuilt[:6])}): torch then "
+             "computes the position for you. Compute it from storage_offset(), stride() and shape yourself, with "
+             "Python arithmetic")
     if not all(-s <= i < s for i, s in zip(index, shape)):
         expect(out["index_error"], f"{how} should raise IndexError, but "
                                    + (f"raised {out['error']}" if out["error"] else f"returned {out['value']!r}"))

@@ -288,15 +288,21 @@ def one_row_at_a_time(RunningMean):
 
 @RUNNING_MEAN.hidden
 def restored_from_state_dict(RunningMean):
-    """a fresh RunningMean loading a trained one's state_dict gives the same eval output"""
+    """a fresh RunningMean loading a trained one's state_dict gives the same eval output, and trained further it
+    goes on from there: all its state is in the buffers"""
     batches = [torch.randn(3, 5) + 1, torch.randn(6, 5) - 2]
-    x = torch.randn(4, 5)
-    got = run_scenario(scenarios.running_mean_reload_report, RunningMean, 5, batches, x)
+    x, more = torch.randn(4, 5), torch.randn(5, 5) * 3
+    got = run_scenario(scenarios.running_mean_reload_report, RunningMean, 5, batches, x, more)
     mean = torch.cat(batches).double().mean(0).float()
     expect_tensor(got["mean"], mean, "after load_state_dict, a fresh RunningMean(5)'s mean", rtol=1e-5, atol=1e-6)
     expect(int(got["count"]) == 9, f"after load_state_dict, a fresh RunningMean(5)'s count is {int(got['count'])}, "
                                    "expected 9")
     expect_tensor(got["output"], x - mean, "the reloaded RunningMean(5) in eval mode: x - mean", rtol=1e-5, atol=1e-5)
+    resumed, all_rows = got["resumed"], torch.cat([*batches, more]).double().mean(0).float()
+    what = "a RunningMean(5) reloaded after 9 rows, then trained on 5 more"
+    expect(int(resumed["count"]) == 14, f"{what}: count is {int(resumed['count'])}, expected 14: keep all the state "
+                                        "in the buffers (a Python attribute is not in state_dict)")
+    expect_tensor(resumed["mean"], all_rows, f"{what}: the mean (of all 14 rows)", rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- activation_shapes

@@ -256,6 +256,44 @@ def borrowed_from_containers(cls):
     return found
 
 
+_SEQUENTIAL_FORWARD = _Sequential.forward
+_WATCH_NAME = "_grader_sequential_watch"
+# Sequential.forward's code while a scenario watches it: the original (a copy of the function) runs, and a call on a
+# Sequential that is none of the modules the scenario gave is counted. The watch sits in the containers module's
+# globals, since swapped code keeps the function's globals and has no closure to hold it in.
+_WATCHING_FORWARD = compile(
+    f"def forward(self, *args, **kwargs):\n"
+    f"    given, ran, original = {_WATCH_NAME}\n"
+    f"    if id(self) not in given:\n"
+    f"        ran.append(type(self).__qualname__)\n"
+    f"    return original(self, *args, **kwargs)\n", "<grader: Sequential.forward watched>", "exec").co_consts[0]
+
+
+class _SequentialForwardWatch:
+    """For the length of a `with` block, every run of nn.Sequential.forward on an object that is not among `given`
+    (the modules a scenario built, and what they hold) is counted in `ran`: the student's own code calling
+    Sequential.forward on itself (`nn.Sequential.forward(self, x)`, an alias bound beforehand included), or an
+    nn.Sequential made in forward and handed the modules, does the whole job. Torch's own code is swapped, not an
+    attribute, so no alias escapes."""
+
+    def __init__(self, given):
+        self.given = {id(m) for g in given for m in g.modules()}
+        self.ran = []
+
+    def __enter__(self):
+        fn = _SEQUENTIAL_FORWARD
+        self._code = fn.__code__
+        original = type(fn)(self._code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        fn.__globals__[_WATCH_NAME] = (self.given, self.ran, original)
+        fn.__code__ = _WATCHING_FORWARD
+        return self
+
+    def __exit__(self, *exc):
+        _SEQUENTIAL_FORWARD.__code__ = self._code
+        _SEQUENTIAL_FORWARD.__globals__.pop(_WATCH_NAME, None)
+        return False
+
+
 def build_repeating(specs, seed, repeats=()):
     """common.build_all(specs, seed), then for each (j, i) in `repeats` module j replaced by module i: one module
     object given twice, as in Sequential(layer, ReLU(), layer). Module j is built first and dropped, so every
@@ -279,17 +317,19 @@ def sequential_report(MySequential, specs, x, g, seed, run=True, repeats=()):
     handle = _registration_hook(lambda module, name, sub: built.add(id(module)) if isinstance(module, _Sequential)
                                 else None)
     try:
-        model = MySequential(*modules)
-        children = [child for _, child in _named_children(model)]
-        report = {"classes": [f"{c.__module__}.{c.__qualname__}" for c in type(model).__mro__],
-                  "kept": [any(child is m for child in children) for m in modules],
-                  "borrowed": borrowed_from_containers(type(model))}
-        if run:
-            report.update(_output_and_backward(model, x, g))
+        with _SequentialForwardWatch(modules) as watch:
+            model = MySequential(*modules)
+            children = [child for _, child in _named_children(model)]
+            report = {"classes": [f"{c.__module__}.{c.__qualname__}" for c in type(model).__mro__],
+                      "kept": [any(child is m for child in children) for m in modules],
+                      "borrowed": borrowed_from_containers(type(model))}
+            if run:
+                report.update(_output_and_backward(model, x, g))
     finally:
         handle.remove()
     built.discard(id(model))
     report["sequentials_built"] = len(built)
+    report["sequential_forward_ran"] = sorted(set(watch.ran))
     report.update(describe(model))
     report["module_grads"] = {f"{i}.{name}": _grad_of(p) for i, m in enumerate(modules)
                               for name, p in _named_parameters(m)}
@@ -319,8 +359,9 @@ def sequential_dtype_report(MySequential, specs, x, seed):
     return report
 
 
-def concat_report(Concat, spec1, spec2, x, g, seed, same=False):
-    """Concat(net1, net2) (net2 is net1 when `same`): output on x, gradients of (output * g).sum() for each net.
+def concat_report(Concat, spec1, spec2, x, g, seed, same=False, training=False):
+    """Concat(net1, net2) (net2 is net1 when `same`), in training mode or not: output on x, gradients of
+    (output * g).sum() for each net.
 
     `registered` says, for each net, whether all its parameters are among the model's parameters.
     """
@@ -328,7 +369,7 @@ def concat_report(Concat, spec1, spec2, x, g, seed, same=False):
     if same:
         net2 = net1
     model = Concat(net1, net2)
-    _train(model, False)
+    _train(model, training)
     seen = {id(p) for _, p in _named_parameters(model)}
     report = {"registered": [all(id(p) in seen for p in net.parameters()) for net in (net1, net2)],
               "nets_training": [bool(net1.training), bool(net2.training)]}
@@ -420,8 +461,9 @@ def running_mean_report(RunningMean, num_features, steps):
     return report
 
 
-def running_mean_reload_report(RunningMean, num_features, train_batches, x):
-    """Train one RunningMean on the batches, load its state_dict into a fresh one: the fresh one's eval output on x."""
+def running_mean_reload_report(RunningMean, num_features, train_batches, x, more=None):
+    """Train one RunningMean on the batches, load its state_dict into a fresh one: the fresh one's eval output on x,
+    and (with `more`) its state after training on one more batch: a resumed run goes on from the state_dict alone."""
     trained = RunningMean(num_features)
     _train(trained, True)
     for batch in train_batches:
@@ -430,6 +472,10 @@ def running_mean_reload_report(RunningMean, num_features, train_batches, x):
     _load_state_dict(fresh, _state_dict(trained))
     _train(fresh, False)
     report = {"output": _plain(fresh(x)), **_state(fresh)}
+    if more is not None:
+        _train(fresh, True)
+        fresh(more)
+        report["resumed"] = _state(fresh)
     del trained, fresh
     return report
 
