@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from torch.utils import _pytree as pytree
+from torch.cuda import Event, device_count, is_available, synchronize
 from torch.utils._pytree import tree_map
 
 from grader.course import bench
@@ -238,6 +239,43 @@ def time_fn_default_timer(fn, warmup=3, reps=10):
     return statistics.median(times)
 
 
+def time_fn_cuda_aliases(fn, warmup=3, reps=10):
+    """The chapter's answer with torch.cuda's functions imported by name (`from torch.cuda import Event, ...`)."""
+    for _ in range(warmup):
+        fn()
+    if is_available():
+        starts = [Event(enable_timing=True) for _ in range(reps)]
+        ends = [Event(enable_timing=True) for _ in range(reps)]
+        synchronize()
+        for start, end in zip(starts, ends):
+            start.record()
+            fn()
+            end.record()
+        synchronize()
+        return float(statistics.median(start.elapsed_time(end) / 1e3 for start, end in zip(starts, ends)))
+    return time_fn_sync(fn, 0, reps)
+
+
+def time_fn_initialized(fn, warmup=3, reps=10):
+    """Synchronizes when CUDA has been initialized (true on a GPU once fn launched work)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))
+
+
+def try_gpu_imported_count(i=0):
+    return torch.device(f"cuda:{i}") if i < device_count() else torch.device("cpu")
+
+
 def time_fn_accelerator(fn, warmup=3, reps=10):
     sync = torch.accelerator.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(warmup):
@@ -383,12 +421,13 @@ def memory_delta_tracker(fn, device):
 
 
 CORRECT = [
-    ("try_gpu", try_gpu_d2l), ("try_gpu", try_gpu_available),
+    ("try_gpu", try_gpu_d2l), ("try_gpu", try_gpu_available), ("try_gpu", try_gpu_imported_count),
     ("try_all_gpus", try_all_gpus_loop), ("try_all_gpus", try_all_gpus_via_try_gpu),
     ("to_device", to_device_match), ("to_device", to_device_copy), ("to_device", to_device_stack),
     ("time_fn", time_fn_sync), ("time_fn", time_fn_events_each), ("time_fn", time_fn_stream_all),
     ("time_fn", time_fn_accelerator), ("time_fn", time_fn_paused_once), ("time_fn", time_fn_paused_each),
     ("time_fn", time_fn_imported_clock), ("time_fn", time_fn_monotonic_ns), ("time_fn", time_fn_default_timer),
+    ("time_fn", time_fn_cuda_aliases), ("time_fn", time_fn_initialized),
     ("transfer_bandwidth", bandwidth_own_timer), ("transfer_bandwidth", bandwidth_bench),
     ("transfer_bandwidth", bandwidth_block), ("transfer_bandwidth", bandwidth_events),
     ("transfer_bandwidth", bandwidth_to_device),
@@ -694,11 +733,23 @@ def to_device_fx_c(batch, device, non_blocking=False):
                                       if isinstance(x, torch.Tensor) else x)
 
 
+def to_device_pin_walker(batch, device, non_blocking=False):
+    """The DataLoader's pin_memory walker does the walk, with Tensor.pin_memory rebound to a move for the call."""
+    from torch.utils.data._utils.pin_memory import pin_memory as walk
+    original = torch.Tensor.pin_memory
+    torch.Tensor.pin_memory = lambda self, *a, **k: torch.Tensor.to(self, device, non_blocking=non_blocking)
+    try:
+        return walk(batch)
+    finally:
+        torch.Tensor.pin_memory = original
+
+
 WALKER_SHORTCUTS = [W("to_device", fn, "moves_nested_tensors", f"not call {name}")
                     for fn, name in [(to_device_walkers, "torch.distributed.utils._apply_to_tensors"),
                                      (to_device_ddp_recursive_to, "torch.distributed.utils._recursive_to"),
                                      (to_device_fx_map, "torch.fx.node.map_aggregate"),
-                                     (to_device_fx_c, "torch._C._fx_map_aggregate")]]
+                                     (to_device_fx_c, "torch._C._fx_map_aggregate"),
+                                     (to_device_pin_walker, "torch.utils.data._utils.pin_memory.pin_memory")]]
 
 
 def to_device_exact_dict(batch, device, non_blocking=False):
@@ -778,6 +829,25 @@ TIMER_SHORTCUTS = [W("time_fn", fn, "calls_fn_warmup_plus_reps_times", f"not cal
                                     (time_fn_bench_host, "grader.course.bench._time_host"),
                                     (lambda fn, warmup=3, reps=10: bench.time_fn(fn, warmup=warmup, reps=reps),
                                      "grader.course.bench.time_fn")]]
+
+
+def to_device_same_containers(batch, device, non_blocking=False):
+    """Hands back the caller's own container whenever nothing inside it moved."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        items = {k: to_device_same_containers(v, device, non_blocking) for k, v in batch.items()}
+        if all(items[k] is v for k, v in batch.items()):
+            return batch
+        out = copy.copy(batch)
+        out.update(items)
+        return out
+    if isinstance(batch, (list, tuple)):
+        items = [to_device_same_containers(v, device, non_blocking) for v in batch]
+        if all(a is b for a, b in zip(items, batch)):
+            return batch
+        return type(batch)(*items) if hasattr(type(batch), "_fields") else type(batch)(items)
+    return batch
 
 
 def to_device_nothing(batch, device, non_blocking=False):
@@ -997,6 +1067,17 @@ def bandwidth_never_pins(nbytes, pinned, device):
     return bandwidth_own_timer(nbytes, False, device)
 
 
+def bandwidth_device_to_host(nbytes, pinned, device):
+    """The wrong direction: the source on the device, the destination on the host (pinned when asked)."""
+    if nbytes < 1:
+        raise ValueError(nbytes)
+    device = torch.device(device)
+    pin = bool(pinned) and device.type == "cuda"
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+    return nbytes / time_fn_sync(lambda: dst.copy_(src, non_blocking=pin))
+
+
 def bandwidth_always_pinned_on_gpu(nbytes, pinned, device):
     """Pins on a GPU whatever `pinned` says."""
     return bandwidth_own_timer(nbytes, torch.device(device).type == "cuda" or pinned, device)
@@ -1090,6 +1171,12 @@ def memory_delta_float(fn, device):
     return float(memory_delta_sync(fn, device))
 
 
+def memory_delta_warm_up(fn, device):
+    """Calls fn once untracked to "warm up", then measures a second call: fn's side effects happen twice."""
+    fn()
+    return memory_delta_sync(fn, device)
+
+
 def memory_delta_doubled(fn, device):
     """Counts every kept byte twice."""
     return 2 * memory_delta_sync(fn, device)
@@ -1140,6 +1227,8 @@ WRONG = [
     W("to_device", to_device_ignores_non_blocking, "passes_non_blocking_on", "moved with to(non_blocking=False)"),
     W("to_device", to_device_always_non_blocking, "passes_non_blocking_on", "pass non_blocking=False on"),
     W("to_device", to_device_always_copies, "same_object_when_nothing_moves", "yet came back as a new tensor"),
+    W("to_device", to_device_same_containers, "same_object_when_nothing_moves",
+      "came back as the caller's own list (the input's batch['extra']['pair'][1]), not a new one"),
     W("to_device", to_device_casts, "moves_nested_tensors", "dtype float32, but the input was int64"),
     W("to_device", to_device_converts_numpy, "keeps_other_leaves", "was a NumPy array, not a tensor"),
     W("to_device", to_device_empty_like, "passes_non_blocking_on", "the tensors were not moved with .to(device"),
@@ -1191,6 +1280,9 @@ WRONG = [
     W("transfer_bandwidth", bandwidth_no_sync, "pinned_and_pageable_on_a_gpu", "the copy had not finished"),
     W("transfer_bandwidth", bandwidth_never_pins, "pinned_and_pageable_on_a_gpu",
       "that is the rate from pageable memory"),
+    W("transfer_bandwidth", bandwidth_device_to_host, "pinned_and_pageable_on_a_gpu",
+      "that is a copy from the device to the host"),
+    W("transfer_bandwidth", bandwidth_device_to_host, "gpus_rates_and_devices", "that is a copy from the device"),
     W("transfer_bandwidth", bandwidth_always_pinned_on_gpu, "pinned_and_pageable_on_a_gpu",
       "that is the rate from pinned memory"),
     W("transfer_bandwidth", bandwidth_seconds, "on_the_real_clock", "is that a time, or GB/s?"),
@@ -1216,6 +1308,9 @@ WRONG = [
     # off by a clean factor: the message says so (grader.expect's factor hint), on the CPU and the simulated GPU
     W("memory_delta", memory_delta_doubled, "counts_what_fn_keeps", "2.00× the expected value"),
     W("memory_delta", memory_delta_doubled, "cuda_counters", "2.00× the expected value"),
+    # fn is called once: a "warm-up" call keeps what fn keeps twice
+    W("memory_delta", memory_delta_warm_up, "counts_what_fn_keeps", "called fn 2 times; call it exactly once"),
+    W("memory_delta", memory_delta_warm_up, "cuda_counters", "called fn 2 times"),
 ]
 
 
@@ -1270,13 +1365,16 @@ def test_the_simulated_machines_are_put_back():
     for name, fn in [("time_fn", time_fn_events_no_wait), ("time_fn", time_fn_imported_clock),
                      ("memory_delta", memory_delta_peak), ("try_gpu", try_gpu_d2l),
                      ("transfer_bandwidth", bandwidth_always_pins), ("transfer_bandwidth", bandwidth_bench),
-                     ("to_device", to_device_cuda_method)]:
+                     ("to_device", to_device_cuda_method), ("time_fn", time_fn_cuda_aliases),
+                     ("try_gpu", try_gpu_imported_count)]:
         run_exercise(f"gpu.{name}", fn, hidden=True)
     assert {n: getattr(torch.cuda, n) for n in names} == before
     assert {n: getattr(time, n) for n in clocks} == clocks
     assert perf_counter is clocks["perf_counter"] and monotonic_ns is clocks["monotonic_ns"]  # this module's aliases
     assert timeit.default_timer is default_timer and bench._timer is bench_timer
     assert torch.cuda.memory.memory_allocated is memory_before
+    assert (Event, synchronize, is_available, device_count) == (  # this module's aliases of torch.cuda's functions
+        torch.cuda.Event, torch.cuda.synchronize, torch.cuda.is_available, torch.cuda.device_count)
     assert not scenarios._CALLS
     assert not torch.overrides._get_current_function_mode_stack()  # no simulated machine left on
     if torch.cuda.is_available():
@@ -1348,3 +1446,4 @@ def test_a_simulated_copy_takes_its_bytes_over_its_rate():
         assert round((gpu.busy_until - clock.now()) * 1e9 / n, 2) == 0.25  # queued: n / 4 GB/s, still to run
         assert costs(torch.cuda.synchronize) == 0.248
         assert costs(lambda: on_gpu.copy_(src, non_blocking=True)) == 0.5  # pageable: n / 2 GB/s, the host waits
+        assert costs(lambda: src.copy_(on_gpu)) == round(0.5 / scenarios.READBACK, 3)  # back to the host: its own rate

@@ -463,6 +463,45 @@ def _stds_ignores_batch(depth, width, init, nonlinearity, batch=1024, seed=0):
     return _stds_generic(depth, width, init, nonlinearity, 1024, seed)
 
 
+_MEAN_FIELD_GAIN = {"linear": 1.0, "relu": math.sqrt(2.0), "tanh": 5.0 / 3}
+_HERMITE_NODES, _HERMITE_WEIGHTS = np.polynomial.hermite_e.hermegauss(80)
+
+
+def _stds_mean_field_with_noise(depth, width, init, nonlinearity, batch=1024, seed=0):
+    """Builds no network: the mean-field prediction of each layer's std (Gauss-Hermite for tanh) times the exp of a
+    seeded random walk, so that seeds and batches differ and the factor keeps varying (review c0607, finding 6: it
+    passed every check)."""
+    if nonlinearity not in _MEAN_FIELD_GAIN:
+        raise ValueError(nonlinearity)
+    var_w = {"normal1": 1.0, "default": 1 / (3 * width), "xavier": 1 / width,
+             "kaiming": _MEAN_FIELD_GAIN[nonlinearity] ** 2 / width}.get(init)
+    if var_w is None:
+        raise ValueError(init)
+    noise = torch.randn(depth, generator=torch.Generator().manual_seed((seed * 1_000_003 + batch) % 2**63),
+                        dtype=torch.float64)
+    second, walk, out = 1.0, 0.0, []
+    for layer in range(depth):
+        v = var_w * width * second  # the pre-activation's variance
+        if nonlinearity == "linear":
+            second, mean = v, 0.0
+        elif nonlinearity == "relu":
+            second, mean = v / 2, math.sqrt(v / (2 * math.pi))
+        else:
+            weights = _HERMITE_WEIGHTS / _HERMITE_WEIGHTS.sum()
+            second, mean = float((np.tanh(math.sqrt(v) * _HERMITE_NODES) ** 2 * weights).sum()), 0.0
+        walk += float(noise[layer]) * (0.5 / width if layer == 0 else 2.0 / width)
+        out.append(math.sqrt(second - mean * mean) * math.exp(walk))
+    return out
+
+
+def _seed_salted_hash(seed):
+    """Each generator's seed from hash() of a string, 'to decorrelate them': Python salts str hashes in every
+    process, so the numbers repeat within one process only (review c0607, finding 7: it passed every check)."""
+    random.seed(hash(f"random-{seed}"))
+    np.random.seed(hash(f"numpy-{seed}") % 2**32)
+    torch.manual_seed(hash(f"torch-{seed}") % 2**63)
+
+
 _ACTS = {"linear": lambda h: h, "relu": torch.relu, "tanh": torch.tanh}
 _INITS = {"normal1": lambda w, g: nn.init.normal_(w, generator=g),
           "default": lambda w, g: nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=g),
@@ -608,6 +647,9 @@ WRONG = [
     # issue 26: one weight matrix in every layer (drawn once, a generator made per layer, one module, reseeding)
     *(W("activation_stds", fn, "fresh_weights_in_every_layer", "settles on one value")
       for fn in (_stds_one_matrix, _stds_generator_per_layer, _stds_one_layer_module, _stds_reseeds_each_layer)),
+    # no network at all: a prediction with seeded noise; at width 1 the factors are not the weights' |w|
+    W("activation_stds", _stds_mean_field_with_noise, "width_one_factors_are_the_weights",
+      "std_(l+1) / std_l = |w|, and with N(0, 1) weights these factors are |N(0, 1)|; yours are not"),
     # init_mixture_
     W("init_mixture_", _mixture_new_tensor, "fills_in_place", "not w itself: fill w in place"),  # not in place
     W("init_mixture_", _mixture_filled_but_clone, "fills_in_place", "not w itself: fill w in place"),
@@ -647,6 +689,8 @@ WRONG = [
     W("seed_everything", _seed_default_rng, "same_seed_same_numbers", "must seed numpy too (np.random.seed)"),
     W("seed_everything", _seed_local_torch_generator, "same_seed_same_numbers",
       "must seed torch too (torch.manual_seed)"),
+    W("seed_everything", _seed_salted_hash, "same_numbers_in_every_process",
+      "seed torch with the seed itself; a seed made from it with hash() of a string"),
 ]
 
 
@@ -739,6 +783,15 @@ def bound_by_rnn(fan_in):
     return _ratio(rnn.weight_ih_l0, torch.empty(fan_in, 1, dtype=torch.float64).uniform_(-1, 1))
 
 
+def bound_by_rnn_cell(fan_in):
+    """A recurrent cell (nn.RNNCell, LSTMCell, GRUCell: RNNCellBase's reset_parameters) of hidden size fan_in draws
+    from the same U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (review c0607: it passed every public check)."""
+    torch.manual_seed(0)
+    cell = nn.RNNCell(1, fan_in, bias=False, dtype=torch.float64)
+    torch.manual_seed(0)
+    return _ratio(cell.weight_ih, torch.empty(fan_in, 1, dtype=torch.float64).uniform_(-1, 1))
+
+
 def xavier_by_xavier_normal(fan_in, fan_out, gain=1.0):
     return _ratio_to_unit(nn.init.xavier_normal_, (fan_out, fan_in), gain=gain)
 
@@ -776,6 +829,8 @@ SHORTCUTS = [
     W("default_linear_bound", bound_by_nn_linear, "values", "not call torch.nn.Linear.reset_parameters"),
     W("default_linear_bound", bound_by_bilinear, "values", "not call torch.nn.Bilinear.reset_parameters"),
     W("default_linear_bound", bound_by_rnn, "values", "not call torch.nn.modules.rnn.RNNBase.reset_parameters"),
+    W("default_linear_bound", bound_by_rnn_cell, "values",
+      "not call torch.nn.modules.rnn.RNNCellBase.reset_parameters"),
     W("xavier_std", xavier_by_xavier_normal, "xavier_values", "not call torch.nn.init.xavier_normal_"),
     W("xavier_std", xavier_by_xavier_uniform, "xavier_values", "not call torch.nn.init.xavier_uniform_"),
     W("kaiming_std", kaiming_by_kaiming_normal, "kaiming_values", "not call torch.nn.init.kaiming_normal_"),
@@ -788,7 +843,7 @@ SHORTCUTS = [
 # weights of up to 5000 x 5000 float64 values drawn twice each, which took over a minute on a loaded machine (with
 # one salt, not another: the check's time limit, not its logic, would decide). Only their public checks can pass.
 PUBLIC_SIZES_ONLY = (bound_by_kaiming_uniform, bound_by_nn_linear, bound_by_bilinear, bound_by_rnn,
-                     xavier_by_xavier_normal, xavier_by_xavier_uniform)
+                     bound_by_rnn_cell, xavier_by_xavier_normal, xavier_by_xavier_uniform)
 
 
 @pytest.mark.parametrize("wrong", SHORTCUTS, ids=ids(SHORTCUTS))
@@ -911,6 +966,8 @@ HIDDEN_CATCHES = [
     ("init_mixture_", "counts_vary_other_sizes", _mixture_randperm_quarters),
     ("init_mixture_", "counts_vary_other_sizes", _mixture_stratified),
     ("init_mixture_", "repeats_after_torch_manual_seed", _mixture_numpy_categories),
+    ("activation_stds", "width_one_other_seeds", _stds_mean_field_with_noise),
+    ("seed_everything", "random_seeds", _seed_salted_hash),
 ]
 
 
@@ -927,7 +984,9 @@ def test_new_hidden_checks_catch_for_any_salt(exercise, check, wrong):
 HIDDEN_PASSES = [("activation_stds", "fresh_weights_other_seeds", fn) for fn in (stds_global_rng, stds_numpy)] + [
     ("init_mixture_", "counts_vary_other_sizes", fn) for fn in (mixture_d2l, mixture_multinomial)] + [
     ("init_mixture_", "repeats_after_torch_manual_seed", fn) for fn in (mixture_d2l, mixture_index_assignment,
-                                                                        mixture_data, mixture_multinomial)]
+                                                                        mixture_data, mixture_multinomial)] + [
+    ("activation_stds", "width_one_other_seeds", fn) for fn in (stds_global_rng, stds_numpy)] + [
+    ("seed_everything", "random_seeds", fn) for fn in (seed_all_cuda, seed_and_deterministic)]
 
 
 @pytest.mark.parametrize("exercise,check,right", HIDDEN_PASSES,

@@ -24,6 +24,8 @@ from grader import guard
 import torch.fx.node  # noqa: F401,E402
 import torch.utils._pytree  # noqa: F401,E402
 import torch.utils.benchmark  # noqa: F401,E402
+import torch.utils.data._utils.collate  # noqa: F401,E402
+import torch.utils.data._utils.pin_memory  # noqa: F401,E402
 try:  # a build without distributed support has no torch.distributed.utils
     import torch.distributed.utils  # noqa: F401
 except ImportError:  # pragma: no cover
@@ -42,10 +44,14 @@ def _present(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if guard.resolve(n) is not None)
 
 
-# Other library walks that move or map every tensor of a nested batch: DDP's input mover and its helper, and
-# torch.fx's map_aggregate (the Python wrapper and the C function behind it).
+# Other library walks that move or map every tensor of a nested batch: DDP's input mover and its helper,
+# torch.fx's map_aggregate (the Python wrapper and the C function behind it), and the DataLoader's own walkers
+# (pin_memory rebuilds every Mapping, namedtuple, tuple and list around Tensor.pin_memory, which a student may rebind
+# to a move; collate and default_convert walk a batch the same way).
 WALKERS = _present(("torch.distributed.utils._recursive_to", "torch.distributed.utils._apply_to_tensors",
-                    "torch.fx.node.map_aggregate", "torch._C._fx_map_aggregate"))
+                    "torch.fx.node.map_aggregate", "torch._C._fx_map_aggregate",
+                    "torch.utils.data._utils.pin_memory.pin_memory", "torch.utils.data._utils.collate.collate",
+                    "torch.utils.data._utils.collate.default_convert"))
 # Whole timers: warm-up, repetitions, CUDA synchronization and the median in one call.
 TIMERS = ("grader.course.bench.time_fn", "grader.course.bench._time_host", "grader.course.bench._time_cuda",
           *_present(tuple(f"torch.utils.benchmark.Timer.{m}" for m in (
@@ -193,6 +199,8 @@ def _expect_node(nodes: dict, spec: list, device: torch.device, path: str, input
                  f"rebuild a namedtuple with its own class: type(x)(*items)")
         for field, item in zip(fields, items):
             _expect_node(nodes, item, device, f"{path}.{field}", inputs, what)
+        # after its items (as for every container), so a walk that stops short is told which tensor it left
+        _expect_new(node, path, f"namedtuple {name}", what)
         return
     if node["kind"] != kind:
         if kind in MAPPINGS and kind != "dict":
@@ -210,12 +218,23 @@ def _expect_node(nodes: dict, spec: list, device: torch.device, path: str, input
                  f"{node.get('factory')}: keep it (copy.copy(x) does)")
         for key, item in spec[1]:
             _expect_node(nodes, item, device, f"{path}[{key!r}]", inputs, what)
+        _expect_new(node, path, kind, what)
         return
     if node["len"] != len(spec[1]):
         fail(f"{what}: {path} had {len(spec[1])} items, but came back with {node['len']} "
              "(keep every item, tensors or not)")
     for i, item in enumerate(spec[1]):
         _expect_node(nodes, item, device, f"{path}[{i}]", inputs, what)
+    if spec[1] or kind != "tuple":  # Python has one empty tuple: every () is the same object
+        _expect_new(node, path, kind, what)
+
+
+def _expect_new(node: dict, path: str, kind: str, what: str) -> None:
+    """A container comes back as a new one, never one of the caller's (moved or not, its items would be shared)."""
+    if node.get("input") is not None:
+        fail(f"{what}: {path} came back as the caller's own {kind} (the input's {node['input']}), not a new one: "
+             "build a new container of the same type every time, even when nothing in it moves (else the result and "
+             "the caller's batch share it, and changing one changes the other)")
 
 
 def flat_spec(spec: list) -> list:
@@ -294,7 +313,7 @@ def keeps_mapping_types(to_device):
 
 @TO_DEVICE.check
 def same_object_when_nothing_moves(to_device):
-    """moving to the device the tensors are on already returns the same tensor objects (no copies)"""
+    """moving to the device the tensors are on already: the same tensor objects (no copies), in new containers"""
     expect_to_device(to_device, NESTED, "cpu", "to_device({'x': ..., 'labels': ..., 'extra': {...}}, 'cpu')")
     expect_to_device(to_device, tensor(3, 4), torch.device("cpu"), "to_device(a tensor, torch.device('cpu'))")
 
@@ -517,6 +536,9 @@ def _bandwidth_mistake(value: float, want: float, nbytes: int, pinned: bool, gpu
                 "(pin_memory=True, or .pin_memory())")
     if gpu and not pinned and _near(value, rates["pinned_rate"]):
         return "that is the rate from pinned memory: with pinned=False, copy from ordinary (pageable) memory"
+    if gpu and _near(ratio, scenarios.READBACK):
+        return ("that is a copy from the device to the host: measure host to device, the source on the host (pinned "
+                "when asked) and the destination on the device (dst.copy_(src) copies src into dst)")
     if gpu and ratio > 2:  # the host's clock saw the launch, or a clock that does not count waiting was read
         return ("the copy had not finished when your clock was read: a copy from pinned memory with "
                 "non_blocking=True only queues the work; wait for the GPU (torch.cuda.synchronize() or CUDA "
@@ -608,6 +630,11 @@ def on_the_real_clock(transfer_bandwidth):
 # ---------------------------------------------------------------- memory_delta
 
 
+def expect_called_once(out: dict, what: str) -> None:
+    expect(out["calls"] == 1, f"{what} called fn {out['calls']} times; call it exactly once (a second call keeps "
+                              "what fn keeps twice, and its other side effects happen twice)")
+
+
 def delta_of(value, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         fail(f"{what} returned {describe(value)}; return a number of bytes as a Python int")
@@ -615,7 +642,9 @@ def delta_of(value, what: str) -> int:
 
 
 def expect_delta_cpu(memory_delta, case: str, nbytes: int, want: int, what: str, device="cpu") -> None:
-    got = delta_of(run_scenario(scenarios.held_on_cpu, memory_delta, case, nbytes, device)["delta"], what)
+    out = run_scenario(scenarios.held_on_cpu, memory_delta, case, nbytes, device)
+    expect_called_once(out, what)
+    got = delta_of(out["delta"], what)
     if got != want:
         fail(f"{what} returned {got} bytes, expected {want}"
              + (_delta_hint(case, got, nbytes) or (factor_hint(got, want) if want else "")))
@@ -641,6 +670,7 @@ def expect_delta_gpu(memory_delta, case: str, nbytes: int, want: int, what: str,
     """memory_delta(fn, device) on `count` simulated GPUs, fn allocating on GPU `on`, returns `want`."""
     out = run_scenario(scenarios.held_on_gpu, memory_delta, case, nbytes, device, SIMULATED["allocated"],
                        SIMULATED["peak"], SIMULATED["cached"], count, on)
+    expect_called_once(out, what)
     got = delta_of(out["delta"], what)
     if got != want:
         hint = _delta_hint(case, got, nbytes)

@@ -8,7 +8,9 @@ chapter warns about miss the bound by many standard deviations.
 from __future__ import annotations
 
 import math
+import random
 
+import numpy as np
 import torch
 
 from grader.expect import call, describe, expect, expect_raises, factor_hint, fail
@@ -22,20 +24,25 @@ _xavier_normal = torch.nn.init.xavier_normal_
 _kaiming_normal = torch.nn.init.kaiming_normal_
 _empty = torch.empty
 _Tensor = torch.Tensor
+_Generator = torch.Generator
+_rand = torch.rand
+_RandomState = np.random.RandomState
+_Random = random.Random
 
 # Whole-job shortcuts, refused while the student's code runs. Each number asked for is one that an nn.init function
 # uses: draw with it from a seeded generator, draw unit values from the same seed, and the ratio is the answer, exact
 # in float64. So the init that uses the number is refused in the exercise that asks for it: kaiming_uniform_ (and
 # nn.Linear's reset_parameters, which calls it) for the default bound, the Xavier and Kaiming inits for their stds;
-# calculate_gain stays allowed (the exercise text offers it). Two other layers draw from U(-1/sqrt(n), 1/sqrt(n)) by
-# their own code, nn.Bilinear (n = in1_features) and the recurrent layers (n = hidden_size): the same number under
-# another name, refused there too. A mixture distribution draws init_mixture_'s values in one call. activation_stds
-# builds on nn.init by design, and seed_everything's one-call versions live in other libraries (Lightning's
-# seed_everything, transformers' set_seed) that the course does not install.
+# calculate_gain stays allowed (the exercise text offers it). Other layers draw from U(-1/sqrt(n), 1/sqrt(n)) by
+# their own code, nn.Bilinear (n = in1_features), the recurrent layers and cells (n = hidden_size): the same number
+# under another name, refused there too. A mixture distribution draws init_mixture_'s values in one call.
+# activation_stds builds on nn.init by design, and seed_everything's one-call versions live in other libraries
+# (Lightning's seed_everything, transformers' set_seed) that the course does not install.
 DEFAULT_LINEAR_BOUND = exercise("initialization.default_linear_bound", points=1,
                                 forbid=("torch.nn.init.kaiming_uniform_", "torch.nn.Linear.reset_parameters",
                                         "torch.nn.Bilinear.reset_parameters",
-                                        "torch.nn.modules.rnn.RNNBase.reset_parameters"))
+                                        "torch.nn.modules.rnn.RNNBase.reset_parameters",
+                                        "torch.nn.modules.rnn.RNNCellBase.reset_parameters"))
 XAVIER_STD = exercise("initialization.xavier_std", points=1,
                       forbid=("torch.nn.init.xavier_normal_", "torch.nn.init.xavier_uniform_"))
 KAIMING_STD = exercise("initialization.kaiming_std", points=2,
@@ -341,6 +348,49 @@ def expect_fresh_weights(activation_stds, seeds: list[int]) -> None:
 def fresh_weights_in_every_layer(activation_stds):
     """every layer draws its own weights: in a narrow deep linear net the per-layer factor keeps varying"""
     expect_fresh_weights(activation_stds, list(range(9)))
+
+
+# At width 1 a linear layer multiplies every value by its one weight w, so std_(l+1) / std_l = |w| exactly, whatever
+# the batch and whichever std (unbiased or not): the factors of a real measurement are independent draws of |w|,
+# |N(0, 1)| for "kaiming" (gain 1, fan_in 1) and uniform on [0, 1] for "default" (U(-1, 1)). A prediction of the
+# std with seeded noise added knows no weight and gives other factors. Kolmogorov-Smirnov over the WIDTH1_SEEDS x
+# (WIDTH1_DEPTH - 1) factors: a correct answer exceeds sqrt(m) D > 3.5 with probability below 5e-11 (three correct
+# answers gave 0.4 to 0.9 on 60 seeds; the mean-field prediction with noise 8 to 10). Depth 11 keeps the values'
+# squares within float32's range (the log of the product of 11 factors: mean -7 or -11, sd 3.7 or 3.3).
+WIDTH1_DEPTH, WIDTH1_BATCH, WIDTH1_SEEDS, WIDTH1_KS = 11, 256, 100, 3.5
+WIDTH1_LAW = {"kaiming": ("N(0, 1)", "|N(0, 1)|", lambda r: torch.erf(r / math.sqrt(2))),
+              "default": ("U(-1, 1)", "uniform on [0, 1]", lambda r: r)}
+
+
+def expect_width_one_factors(activation_stds, init: str, seeds: list[int]) -> None:
+    """At width 1 the per-layer factors std_(l+1) / std_l are the weights' |w|: |N(0, 1)| or U(0, 1)."""
+    weights, law, to_unit = WIDTH1_LAW[init]
+    ratios = []
+    for seed in seeds:
+        values, what = stds_of(activation_stds, WIDTH1_DEPTH, 1, init, "linear", batch=WIDTH1_BATCH, seed=seed)
+        ratios += [b / a for a, b in zip(values, values[1:])]
+    what = (f"activation_stds({WIDTH1_DEPTH}, 1, {init!r}, 'linear', batch={WIDTH1_BATCH}, seed=s) for "
+            f"{len(seeds)} seeds s")
+    story = (f"at width 1 a layer multiplies every value by its one weight w, so std_(l+1) / std_l = |w|, and "
+             f"with {weights} weights these factors are {law}")
+    r = torch.tensor(ratios, dtype=torch.float64)
+    if init == "default" and float(r.max()) > 1 + 1e-4:
+        fail(f"{what}: one layer multiplies the std by {float(r.max()):.4g}; {story}, never above 1: compute each "
+             "std from a real network's output, with a fresh weight drawn in every layer")
+    d = ks_distance(to_unit(r).clamp(0, 1))
+    bound = WIDTH1_KS / math.sqrt(r.numel())
+    expect(d <= bound,
+           f"{what}: {story}; yours are not (their median is {float(r.median()):.3g}, that of {law} "
+           f"{0.6745 if init == 'kaiming' else 0.5}; their distribution function is {d:.3f} away from it at some "
+           f"point, a real measurement stays within {bound:.3f}): compute each std from a real network's output, "
+           "with a fresh weight drawn in every layer")
+
+
+@ACTIVATION_STDS.check
+def width_one_factors_are_the_weights(activation_stds):
+    """at width 1 each layer multiplies by its one weight: std_(l+1) / std_l is |w|, |N(0, 1)| or uniform on [0, 1]"""
+    for init in WIDTH1_LAW:
+        expect_width_one_factors(activation_stds, init, list(range(WIDTH1_SEEDS)))
 
 
 @ACTIVATION_STDS.check
@@ -737,6 +787,33 @@ def same_seed_same_numbers(seed_everything):
     expect_repeats(draws, seeds, 0, 1)
     expect_repeats(draws, seeds, 2, 3)
     expect_repeats(draws, seeds, 4, 5)
+
+
+def standard_draws(seed: int, n: int = 4) -> dict[str, list[float]]:
+    """The numbers torch, numpy and random give after torch.manual_seed(seed), np.random.seed(seed), random.seed(seed):
+    computed here from generators of their own, so that no global state is touched."""
+    numpy_gen, python_gen = _RandomState(seed), _Random(seed)
+    return {"torch": _rand(n, generator=_Generator().manual_seed(seed)).tolist(),
+            "numpy": [float(v) for v in numpy_gen.random_sample(n)], "random": [python_gen.random() for _ in range(n)]}
+
+
+def expect_standard_seeding(draws, seeds) -> None:
+    """After seed_everything(s) each generator gives what seeding it with s itself gives: the same in every process."""
+    for seed, record in zip(seeds, draws):
+        for gen, want in standard_draws(seed).items():
+            got = record[gen]
+            expect(got == want,
+                   f"after seed_everything({seed}) {gen} gave {[round(x, 4) for x in got]}, but {GENERATORS[gen]}"
+                   f"({seed}) makes it give {[round(x, 4) for x in want]}: seed {gen} with the seed itself; a seed "
+                   "made from it with hash() of a string (salted anew in every process), the process id or the "
+                   "clock gives other numbers in the next run of the notebook")
+
+
+@SEED_EVERYTHING.check
+def same_numbers_in_every_process(seed_everything):
+    """each generator gives the numbers that seeding it with seed itself gives (so every run repeats them)"""
+    seeds = [0, 1234, 2**32 - 1]
+    expect_standard_seeding(seed_draws(seed_everything, seeds), seeds)
 
 
 @SEED_EVERYTHING.check

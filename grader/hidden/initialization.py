@@ -7,13 +7,15 @@ import math
 import torch
 
 from grader.exercises.initialization import (ACTIVATION_STDS, DEFAULT_LINEAR_BOUND, INIT_MIXTURE, KAIMING_RELU_STD,
-                                             KAIMING_STD, RELU_LOG_TOL, SEED_EVERYTHING, XAVIER_STD, _calculate_gain,
-                                             expect_close, expect_counts_vary_between_tensors, expect_differ,
-                                             expect_filled_in_place, expect_fresh_weights,
-                                             expect_float64_mixture, expect_growth, expect_mixture,
-                                             expect_mixture_values, expect_no_reseeding,
-                                             expect_non_contiguous_mixture, expect_python_float, expect_repeats,
-                                             mixture_fill, run_mixture, seed_draws, stds_of)
+                                             KAIMING_STD, RELU_LOG_TOL, SEED_EVERYTHING, WIDTH1_LAW, WIDTH1_SEEDS,
+                                             XAVIER_STD, _calculate_gain, expect_close,
+                                             expect_counts_vary_between_tensors, expect_differ,
+                                             expect_filled_in_place, expect_float64_mixture, expect_fresh_weights,
+                                             expect_growth, expect_mixture, expect_mixture_values,
+                                             expect_no_reseeding, expect_non_contiguous_mixture,
+                                             expect_python_float, expect_repeats, expect_standard_seeding,
+                                             expect_width_one_factors, mixture_fill, run_mixture, seed_draws,
+                                             stds_of)
 from grader.expect import call, expect, expect_raises
 from grader.inputs import randint
 from grader.scenarios import initialization as scenarios
@@ -162,6 +164,13 @@ def fresh_weights_other_seeds(activation_stds):
 
 
 @ACTIVATION_STDS.hidden
+def width_one_other_seeds(activation_stds):
+    """at width 1 the per-layer factors are the weights' |w|, for random seeds (the public check's bound)"""
+    for init in WIDTH1_LAW:
+        expect_width_one_factors(activation_stds, init, [randint(0, 2**31 - 1) for _ in range(WIDTH1_SEEDS)])
+
+
+@ACTIVATION_STDS.hidden
 def more_unknown(activation_stds):
     """more unknown inits and nonlinearities raise ValueError"""
     for init, nl in [("zeros_typo", "linear"), ("", "tanh"), ("normal1", "softmax_typo"), ("default", "")]:
@@ -235,11 +244,12 @@ def large_seeds_and_order(seed_everything):
     expect_repeats(draws, seeds, 0, 2)
     expect_repeats(draws, seeds, 1, 3)
     expect_differ(draws, seeds, 0, 1)
+    expect_standard_seeding(draws, seeds)
 
 
 @SEED_EVERYTHING.hidden
 def random_seeds(seed_everything):
-    """five random seeds give five different draws from each generator; each repeats"""
+    """five random seeds give five different draws from each generator; each repeats, as seeding with the seed does"""
     seeds = [randint(0, 2**31 - 1) for _ in range(5)]
     seeds = seeds + seeds[:1]
     draws = seed_draws(seed_everything, seeds)
@@ -248,3 +258,4 @@ def random_seeds(seed_everything):
             if seeds[i] != seeds[j]:
                 expect_differ(draws, seeds, i, j)
     expect_repeats(draws, seeds, 0, 5)
+    expect_standard_seeding(draws, seeds)

@@ -27,6 +27,9 @@ the bytes it allocates and writes, and runs CUDA tensors as `meta` tensors on th
 answer is exact, every wrong one is wrong by a known factor, and no verdict depends on the load of the
 grading machine. One sanity check per exercise runs on the real clock (`_RealClock`) instead.
 
+The replaced CUDA functions are replaced under the names the student's functions imported them by too
+(`from torch.cuda import Event, synchronize`: `_aliases`), as the clocks are.
+
 The scenarios return plain data only (numbers, strings, tensors on the CPU, containers), and compute
 no expected value: the checks in grader/exercises/gpu.py judge it.
 """
@@ -123,6 +126,33 @@ def _on_both(name, value):
     return changes
 
 
+def _aliases(changes, reached):
+    """The same replacements of torch.cuda's (and torch.accelerator's) attributes under the names the functions
+    `reached` imported them by (`from torch.cuda import synchronize`): the keys of their namespaces bound to a replaced
+    attribute. Read before the changes are made."""
+    owners = [m for m in (_cuda, _cuda_memory, _accelerator) if m is not None]
+    replaced = {}
+    for owner, name, value in changes:
+        real = _get(owner, name) if any(owner is m for m in owners) else _MISSING
+        if real is not _MISSING:
+            replaced.setdefault(id(real), (real, value))
+    out, seen = [], set()
+    for namespace in _namespaces(reached):
+        if namespace is globals() or any(namespace is vars(m) for m in owners):
+            continue
+        for key, value in list(namespace.items()):
+            hit = replaced.get(id(value))
+            if hit is not None and hit[0] is value and (id(namespace), key) not in seen:
+                seen.add((id(namespace), key))
+                out.append((namespace, key, hit[1]))
+    return out
+
+
+def _machine(changes, reached=(), *modes):
+    """Patches that make a machine of `changes`, also under the names the functions `reached` imported them by."""
+    return _Patched(changes + _aliases(changes, reached), *modes)
+
+
 def _counting_gpus(count):
     """A machine with `count` CUDA GPUs, as far as counting and availability go."""
     changes = [(_cuda, "device_count", lambda: count), (_cuda, "is_available", lambda: count > 0)]
@@ -168,7 +198,7 @@ def _cpu_only_changes():
     changes = _counting_gpus(0)
     changes += [(_cuda, "synchronize", _not_compiled), (_cuda, "current_stream", _not_compiled),
                 (_cuda, "default_stream", _not_compiled), (_cuda, "current_device", _not_compiled),
-                (_cuda, "Event", _NoEvent)]
+                (_cuda, "Event", _NoEvent), (_cuda, "is_initialized", lambda: False), (_cuda, "init", _not_compiled)]
     for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
         changes += _on_both(name, _zero)
     if _accelerator is not None and hasattr(_accelerator, "synchronize"):
@@ -176,9 +206,10 @@ def _cpu_only_changes():
     return changes
 
 
-def _cpu_only():
-    """A CPU-only machine (see _cpu_only_changes), where pinning host memory raises."""
-    return _Patched(_cpu_only_changes(), _NoPinning())
+def _cpu_only(*reached):
+    """A CPU-only machine (see _cpu_only_changes), where pinning host memory raises; also under the names the
+    functions `reached` imported torch.cuda's functions by."""
+    return _machine(_cpu_only_changes(), reached, _NoPinning())
 
 
 # ---------------------------------------------------------------- clocks
@@ -467,6 +498,7 @@ class _FakeGPU:
                     (_cuda, "set_device", set_device), (_cuda, "device", device),
                     (_cuda, "current_stream", lambda device=None: stream), (_cuda, "Stream", Stream),
                     (_cuda, "default_stream", lambda device=None: stream), (_cuda, "Event", Event),
+                    (_cuda, "is_initialized", lambda: True), (_cuda, "init", lambda: None),
                     (_cuda, "get_device_properties", lambda device=None: _Properties(gpu.index(device))),
                     (_cuda, "get_device_name", lambda device=None: _Properties(gpu.index(device)).name)]
         for name, value in (("memory_allocated", counter(lambda a: a.allocated)),
@@ -482,12 +514,15 @@ class _FakeGPU:
             changes.append((_accelerator, "synchronize", gpu.synchronize))
         return changes
 
-    def patches(self):
-        return _Patched(self.changes())
+    def patches(self, *reached):
+        return _machine(self.changes(), reached)
 
 
 # ---------------------------------------------------------------- a simulated machine's tensors
 
+# A copy from a simulated GPU to the host runs at this share of the rate the other way, from memory pinned as much: a
+# rate of its own, so a transfer_bandwidth that copies the wrong way measures what no host-to-device copy does.
+READBACK = 0.7
 # Factory functions that only allocate (their memory is written later, if ever).
 _ALLOCATE_ONLY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 # What new host memory costs, as a share of what writing its bytes costs (the kernel hands out zeroed pages). Not a
@@ -533,9 +568,9 @@ class _Machine(TorchFunctionMode):
     `empty` pays for its pages, `ones` and `clone` for their pages and their writes, `copy_` for what it writes. With a GPU
     (`gpu`), CUDA tensors are made on `meta` and remembered with their device index; a host-to-device copy
     runs at `pinned_rate` from pinned memory (queued: with non_blocking the host goes on at once) and at
-    `pageable_rate` from pageable memory (staged: the host waits); work on device tensors is queued at
-    `device_rate`. Without a GPU, CUDA tensors and pinning raise as in a CPU build. `moves` records each move's
-    (operation, non_blocking)."""
+    `pageable_rate` from pageable memory (staged: the host waits), a device-to-host copy at READBACK times the
+    rate for its destination's pinning; work on device tensors is queued at `device_rate`. Without a GPU, CUDA
+    tensors and pinning raise as in a CPU build. `moves` records each move's (operation, non_blocking)."""
 
     def __init__(self, clock, gpu=None, host_rate=20e9, pinned_rate=48e9, pageable_rate=12e9, device_rate=3e12):
         super().__init__()
@@ -604,12 +639,13 @@ class _Machine(TorchFunctionMode):
             self.gpu.launch(nbytes / self.device_rate)
             return
         host = src if dst_kind == "cuda" else dst
+        share = 1.0 if dst_kind == "cuda" else READBACK
         if self.is_pinned(host):
-            self.gpu.launch(nbytes / self.pinned_rate)  # DMA from (or to) pinned memory: queued
+            self.gpu.launch(nbytes / (share * self.pinned_rate))  # DMA from (or to) pinned memory: queued
             if not non_blocking:
                 self.gpu.synchronize()
         else:
-            self.gpu.launch(nbytes / self.pageable_rate)  # staged through a pinned buffer while the host waits
+            self.gpu.launch(nbytes / (share * self.pageable_rate))  # staged through a pinned buffer; the host waits
             self.gpu.synchronize()
 
     # the calls
@@ -735,7 +771,7 @@ def _simulated(clock, count=0, reached=(), **rates):
     gpu = _FakeGPU(clock, count) if count else None
     machine = _Machine(clock, gpu, **rates)
     changes = clock.changes(*reached) + (gpu.changes() if gpu is not None else _cpu_only_changes())
-    return _Patched(changes, machine), gpu, machine
+    return _machine(changes, reached, machine), gpu, machine
 
 
 # ---------------------------------------------------------------- try_gpu / try_all_gpus
@@ -744,7 +780,7 @@ def _simulated(clock, count=0, reached=(), **rates):
 def try_gpu_on(try_gpu, count, calls):
     """try_gpu on a machine with `count` GPUs; each call is None (no argument), an int i, or {"i": i}."""
     out = []
-    with _Patched(_counting_gpus(count)):
+    with _machine(_counting_gpus(count), (try_gpu,)):
         for c in calls:
             if c is None:
                 out.append(try_gpu())
@@ -757,7 +793,7 @@ def try_gpu_on(try_gpu, count, calls):
 
 def try_all_gpus_on(try_all_gpus, count):
     """try_all_gpus on a machine with `count` GPUs: what it returned."""
-    with _Patched(_counting_gpus(count)):
+    with _machine(_counting_gpus(count), (try_all_gpus,)):
         return try_all_gpus()
 
 
@@ -873,10 +909,11 @@ def _path(path, key, x):
 
 
 def _leaves(x, path, found, depth=0):
-    """id -> path of every leaf (anything that is not a known container) of the input."""
+    """id -> path of every leaf (anything that is not a known container) and every container of the input (a
+    result holding one of the input's containers shares it with the caller)."""
     kids = _children(x) if depth < 12 else None
+    found.setdefault(id(x), path)
     if kids is None:
-        found.setdefault(id(x), path)
         return
     for key, child in kids:
         _leaves(child, _path(path, key, x), found, depth + 1)
@@ -942,6 +979,7 @@ def _describe(x, leaves, path, out, depth=0):
         out[path] = {"kind": "namedtuple", "type": type(x).__name__, "fields": list(type(x)._fields), "len": len(x)}
     else:
         out[path] = {"kind": type(x).__name__, "type": type(x).__name__, "len": len(x)}
+    out[path]["input"] = leaves.get(id(x))  # the input's path when this is one of the input's own containers
     for key, child in kids:
         _describe(child, leaves, _path(path, key, x), out, depth + 1)
 
@@ -958,7 +996,7 @@ def move(to_device, spec, device, non_blocking, seed):
     _inputs(batch, "batch", inputs)
     before = _snapshot(batch)
     try:
-        with _cpu_only():  # whatever the grading machine has: to_device asking torch.cuda sees none
+        with _cpu_only(to_device):  # whatever the grading machine has: to_device asking torch.cuda sees none
             if non_blocking is None:
                 out = to_device(batch, device)
             else:
@@ -978,7 +1016,7 @@ def move_to_gpu(to_device, spec, device, non_blocking, seed, count):
     `device` on a machine with `count` simulated GPUs whose tensors live on `meta` (see _Machine). What came back,
     described as data with each tensor's simulated device, and every move's (operation, non_blocking)."""
     _manual_seed(seed)
-    patches, _, machine = _simulated(_Clock(), count)
+    patches, _, machine = _simulated(_Clock(), count, (to_device,))
     batch = _build(spec, machine)
     leaves = {}
     _leaves(batch, "batch", leaves)
@@ -1033,7 +1071,7 @@ def time_calls(time_fn, warmup_ms, timed_ms, warmup, reps, machine, clock="simul
         kwargs["reps"] = reps
     changes = sim.changes(time_fn) + (gpu.changes() if gpu is not None else _cpu_only_changes())
     called = sim.now()
-    with _Patched(changes, None if gpu is not None else _NoPinning()):
+    with _machine(changes, (time_fn,), None if gpu is not None else _NoPinning()):
         result = time_fn(fn, **kwargs)
     returned = sim.now()
     return {"seconds": result, "calls": len(launched), "spans": _spans(launched, done, called, returned)}
@@ -1087,7 +1125,7 @@ def bandwidth_on_the_real_clock(transfer_bandwidth, nbytes, pinned, device, call
     try:
         reference += _copy_seconds(nbytes)
         for _ in range(calls):
-            with _cpu_only():
+            with _cpu_only(transfer_bandwidth):
                 results.append(transfer_bandwidth(nbytes, pinned, device))
             reference += _copy_seconds(nbytes)
     finally:
@@ -1132,22 +1170,31 @@ def _cpu_fn(case, nbytes, keep):
             "nothing": nothing, "several": several}[case]
 
 
+def _counted(fn, calls):
+    """fn, noting each call in `calls` (memory_delta calls fn once: a second call keeps what it keeps twice)."""
+    def counted():
+        calls.append(None)
+        return fn()
+    return counted
+
+
 def held_on_cpu(memory_delta, case, nbytes, device):
-    """memory_delta(fn, device) on a CPU-only machine, fn one of the cases of _cpu_fn with real tensors."""
-    keep = []
-    fn = _cpu_fn(case, nbytes, keep)
-    with _cpu_only():
+    """memory_delta(fn, device) on a CPU-only machine, fn one of the cases of _cpu_fn with real tensors: what it
+    returned, and how often it called fn."""
+    keep, calls = [], []
+    fn = _counted(_cpu_fn(case, nbytes, keep), calls)
+    with _cpu_only(memory_delta):
         result = memory_delta(fn, device)
     del keep[:]
-    return {"delta": result}
+    return {"delta": result, "calls": len(calls)}
 
 
 def held_on_gpu(memory_delta, case, nbytes, device, allocated, peak, cached, count=1, on=0):
     """memory_delta(fn, device) on `count` simulated GPUs whose allocators already hold `allocated` bytes each (their
     peak so far `peak`, plus `cached` bytes of free cache); fn allocates simulated blocks on GPU `on`, as in the
-    CPU cases."""
+    CPU cases. What it returned, and how often it called fn."""
     gpu = _FakeGPU(_Clock(), count, allocated, peak, cached)
-    keep = []
+    keep, calls = [], []
 
     def fn():
         if case == "keep":
@@ -1169,7 +1216,7 @@ def held_on_gpu(memory_delta, case, nbytes, device, allocated, peak, cached, cou
             del tmp
         return None
 
-    with gpu.patches():
-        result = memory_delta(fn, device)
+    with gpu.patches(memory_delta):
+        result = memory_delta(_counted(fn, calls), device)
     del keep[:]
-    return {"delta": result}
+    return {"delta": result, "calls": len(calls)}
