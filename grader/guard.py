@@ -94,10 +94,11 @@ def resolve(dotted: str) -> Any:
         obj = __import__(parts[0])
         for i, part in enumerate(parts[1:], 2):
             if isinstance(obj, types.ModuleType) and not hasattr(obj, part):
-                try:
-                    importlib.import_module(".".join(parts[:i]))
+                try:  # a submodule its package deletes from its namespace (torch.optim.adagrad) is still one
+                    obj = importlib.import_module(".".join(parts[:i]))
                 except ImportError:
                     return None
+                continue
             obj = getattr(obj, part)
     except Exception:
         return None
@@ -258,9 +259,9 @@ class _Watch(TorchDispatchMode):
 # harmless instead: _HARMLESS), leaving torch for NumPy (a view of the tensor's memory, or DLPack's), writing a
 # tensor's memory through its storage or swapping the storage under it, and another thread or process (a dispatch
 # mode watches one thread; a process writes shared memory).
+NUMPY_EXITS = ("torch.Tensor.numpy", "torch.Tensor.__dlpack__")  # a NumPy view of a tensor's memory, directly or not
 UNTRACED = ("torch._C._DisableTorchDispatch", "torch._C._ExcludeDispatchKeyGuard", "torch._C._pop_torch_dispatch_stack",
-            "torch.utils._python_dispatch._disable_current_modes",
-            "torch.Tensor.numpy", "torch.Tensor.__dlpack__",
+            "torch.utils._python_dispatch._disable_current_modes", *NUMPY_EXITS,
             "torch.UntypedStorage.copy_", "torch.UntypedStorage.fill_", "torch.UntypedStorage.__setitem__",
             "torch.UntypedStorage._set_from_file", "torch.ops.aten.set_",
             *(f"_thread.{name}" for name in ("start_new_thread", "start_joinable_thread") if hasattr(_thread, name)),

@@ -375,6 +375,40 @@ def jacobian_functional(f, x):
     return torch.autograd.functional.jacobian(f, x)
 
 
+class SiLUByGLU(torch.autograd.Function):
+    """SiLU is GLU of [x, x] (glu(a, b) = a * sigmoid(b)): forward with F.glu, backward with aten's glu_backward
+    summed over its two halves, the library's derivative under another name."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.glu(torch.cat([x, x], -1), -1)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        a, b = torch.ops.aten.glu_backward(g, torch.cat([x, x], -1), -1).chunk(2, -1)
+        return a + b
+
+
+def jacobian_by_complex_step(f, x):
+    """Complex-step differentiation, Im f(x + ih e_j) / h, exact to rounding for an analytic f: no autograd in the
+    values; one backward pass per output element run only to be counted (v = 0, thrown away)."""
+    x0, h = x.detach(), 1e-30
+    cols = []
+    for j in range(x0.numel()):
+        step = torch.zeros(x0.numel(), dtype=torch.complex128)
+        step[j] = 1j * h
+        y = f(x0.to(torch.complex128) + step.reshape(x0.shape))
+        cols.append((y.imag / h).reshape(-1))
+    J = torch.stack(cols, -1).reshape(tuple(y.shape) + tuple(x0.shape)).to(x0.dtype)
+    xr = x0.clone().requires_grad_()
+    out = f(xr)
+    for _ in range(out.numel()):
+        torch.autograd.grad(out, xr, torch.zeros_like(out), retain_graph=True)
+    return J
+
+
 def jacobian_finite_differences(f, x, h=1e-6):
     """Central differences in float64: close to the truth, but no autograd at all."""
     y = f(x)
@@ -1015,6 +1049,7 @@ WRONG = [
     W("jacobian", jacobian_flat, "matrix_input", "has shape (4, 6), expected f(x).shape + x.shape"),
     W("jacobian", jacobian_numel_rows, "zero_dim_input_or_output", "has shape (1, 3), expected f(x).shape + x.shape"),
     W("jacobian", jacobian_finite_differences, "made_of_vjps", "made no backward pass through f"),
+    W("jacobian", jacobian_by_complex_step, "made_of_vjps", "computed in complex128: a complex step"),
     W("jacobian", jacobian_functional, "square_is_diagonal", "not call torch.autograd.functional.jacobian"),
     W("jacobian", jacobian_func_jacrev, "square_is_diagonal", "not call torch.func.jacrev"),
     # issue 26: right values from fewer backward passes than output elements (7 of 7 checks before), and jacrev
@@ -1038,6 +1073,7 @@ WRONG = [
     W("gradient_norm_penalty", penalty_rebuilt, "small_regression", "does not depend on parameter"),
     # silu
     W("silu", (SiLUBuiltin, silu_builtin), "forward_and_backward", "not call torch.nn.functional.silu"),
+    W("silu", (SiLUByGLU, SiLUByGLU.apply), "forward_and_backward", "not call torch.nn.functional.glu"),
     W("silu", (SiLUBuiltin, silu_functional), "forward_and_backward", "not call torch.nn.functional.silu"),
     W("silu", (SiLUSaveSigmoid, silu_by_hand), "forward_and_backward", "not your SiLU's backward node"),
     W("silu", (SiLUWrongGrad, silu_wrong), "forward_and_backward", "from your backward"),

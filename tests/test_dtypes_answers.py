@@ -525,10 +525,36 @@ def round_element_by_element(x):
     return out.view(torch.float32).reshape(x.shape)
 
 
+def round_by_float16_subnormals(x):
+    """x's mantissa moved, with integer operations, into float32's binade [2^-17, 2^-16), which float16 holds as
+    subnormals with bfloat16's 7 fraction bits: a copy into float16 rounds it, ties to even; the rounded mantissa and
+    its carry go back onto x's sign and exponent."""
+    bits = x.contiguous().view(torch.int32)
+    probe = ((bits & 0x007FFFFF) | (110 << 23)).view(torch.float32)
+    half = torch.empty(probe.shape, dtype=torch.float16).copy_(probe)
+    back = torch.empty(probe.shape, dtype=torch.float32).copy_(half).view(torch.int32)
+    out = (bits & -8388608) + (back - (110 << 23))
+    return torch.where((bits & 0x7FFFFFFF) > 0x7F800000, bits, out).view(torch.float32).reshape(x.shape)
+
+
+def round_by_searching_midpoints(x):
+    """|x| looked up among the float32 midpoints between bfloat16 values (a table made with integer operations):
+    searchsorted compares floats and makes integers; an exact tie goes to the even neighbour."""
+    bits = x.contiguous().view(torch.int32)
+    mids = ((torch.arange(0x7F80, dtype=torch.int32) << 16) | 0x8000).view(torch.float32)
+    a = (bits & 0x7FFFFFFF).view(torch.float32)
+    k = torch.searchsorted(mids, a)
+    tie = torch.searchsorted(mids, a, right=True) != k
+    k = k + (tie & ((k & 1) == 1)).to(torch.int64)
+    out = (k.to(torch.int32) << 16) | (bits & (-2**31))
+    return torch.where(torch.isnan(x.reshape(bits.shape)), bits, out).view(torch.float32).reshape(x.shape)
+
+
 OUT_OF_SIGHT = [round_thread_blended, round_thread_written_in, round_pool_blended, round_numpy_blended,
                 round_numpy_written_in, round_python_blended, round_storage_copied_in, round_storage_swapped_in,
                 round_storage_bytes_written_in, round_in_a_forked_child, round_magic_by_index_put,
-                round_python_scalars, round_python_values_written_in, round_element_by_element]
+                round_python_scalars, round_python_values_written_in, round_element_by_element,
+                round_by_float16_subnormals, round_by_searching_midpoints]
 
 
 class _AlwaysClose(torch.Tensor):
@@ -752,6 +778,16 @@ def kahan_by_fsum(values, dtype):
     return torch.tensor(math.fsum(values.to(dtype).tolist()), dtype=dtype)
 
 
+def _scale_by_aten(op, scale, found_inf, good_steps, growth_interval, in_place=True):
+    """GradScaler's update kernel called through its aten operator (the in-place or the functional one)."""
+    s, tracker = torch.tensor([float(scale)]), torch.tensor([int(good_steps)], dtype=torch.int32)
+    found = torch.tensor([1.0 if found_inf else 0.0])
+    out = op(s, tracker, found, 2.0, 0.5, growth_interval)
+    if not in_place:
+        s, tracker = out
+    return float(s), int(tracker)
+
+
 def scale_by_amp_op(scale, found_inf, good_steps, growth_interval=2000):
     """GradScaler's own update kernel: the rule done for you."""
     s, g = torch.tensor([scale], dtype=torch.float32), torch.tensor([good_steps], dtype=torch.int32)
@@ -869,7 +905,8 @@ WRONG = [
       "not call torch.ops.aten.cumsum"),
     W("kahan_sum", seq_by_numpy_accumulate, "stays_near_ten", "not call numpy.add.accumulate"),
     # float arithmetic by operators the first list lacked (every float operator but those that only move values)
-    W("round_to_bf16", round_magic_by_sum, "exact_values_stay", "rounded with floating-point arithmetic (neg, sum"),
+    W("round_to_bf16", round_magic_by_sum, "exact_values_stay",
+      "rounded with floating-point arithmetic (neg, stack into float64, sum"),
     W("round_to_bf16", round_magic_by_matmul, "exact_values_stay", "rounded with floating-point arithmetic"),
     # the trace switched off for a while: refused by name
     W("round_to_bf16", round_dispatch_disabled, "exact_values_stay", "not call torch._C._DisableTorchDispatch"),
@@ -903,6 +940,21 @@ WRONG = [
     # Python numbers written in one element at a time, and the method itself one element at a time
     W("round_to_bf16", round_python_values_written_in, "whole_tensor_at_once", "tensor operations on 16 values and"),
     W("round_to_bf16", round_element_by_element, "whole_tensor_at_once", "tensor operations on 16 values and"),
+    # the rounding done by a copy into float16 (its subnormals keep bfloat16's bits), or by a search of midpoints
+    W("round_to_bf16", round_by_float16_subnormals, "exact_values_stay",
+      "rounded with floating-point arithmetic (copy into float16"),
+    W("round_to_bf16", round_by_searching_midpoints, "exact_values_stay",
+      "rounded with floating-point arithmetic (searchsorted)"),
+    # library sums and GradScaler's kernel under their aten names
+    W("sequential_sum", lambda v, d: torch.zeros(1, dtype=d).index_add_(0, torch.zeros(len(v), dtype=torch.long),
+                                                                        v.to(d))[0],
+      "drifts_in_float16", "not call torch.Tensor.index_add_"),  # index_add into one slot adds in order
+    W("update_loss_scale", lambda s, f, g, growth_interval=2000: _scale_by_aten(
+        torch.ops.aten._amp_update_scale_.default, s, f, g, growth_interval),
+      "halves_and_resets_on_overflow", "not call torch.ops.aten._amp_update_scale_"),
+    W("update_loss_scale", lambda s, f, g, growth_interval=2000: _scale_by_aten(
+        torch.ops.aten._amp_update_scale, s, f, g, growth_interval, in_place=False),
+      "halves_and_resets_on_overflow", "not call torch.ops.aten._amp_update_scale"),
     # one-element tensors from Python numbers, stacked: only grading's computed_from_x tells them from x's (the
     # operations per element give them away too)
     W("round_to_bf16", round_python_scalars, "computed_from_x", "did not come from x through torch operations"),

@@ -36,7 +36,8 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # Whole-job shortcuts, refused while the student's code runs: torch's functional autograd gives a VJP, a Jacobian or
 # a gradient in one call (torch.func.grad of (f(x) * v).sum() is a VJP); aten's silu and silu_backward are the
 # library's SiLU and its derivative under other names, refused also where C++ calls them (TorchScript, autograd's
-# engine running SiLU.backward): the SiLU checks watch every aten operator of their scenario (expect_silu).
+# engine running SiLU.backward): the SiLU checks watch every aten operator of their scenario (expect_silu). GLU of
+# [x, x] is x * sigmoid(x): glu and glu_backward are SiLU and its derivative under another name, refused alike.
 FUNCTIONAL = ("torch.autograd.functional.vjp", "torch.autograd.functional.jacobian", "torch.func.vjp",
               "torch.func.jacrev", "torch.func.jacfwd", "torch.func.grad", "torch.func.grad_and_value")
 # linear_loss_grad is by hand: autograd under every name is refused, down to the engine's own entry (what
@@ -57,7 +58,8 @@ JACOBIAN = exercise("autograd.jacobian", points=2, forbid=(*FUNCTIONAL, *UNTRACE
 GRADIENT_NORM_PENALTY = exercise("autograd.gradient_norm_penalty", points=2)
 SILU = exercise("autograd.silu", points=3, needs=("SiLU", "silu"),
                 forbid=("torch.nn.functional.silu", "torch._C._nn.silu", "torch._C._nn.silu_", "torch.ops.aten.silu",
-                        "torch.ops.aten.silu_", "torch.ops.aten.silu_backward"))
+                        "torch.ops.aten.silu_", "torch.ops.aten.silu_backward", "torch.nn.functional.glu",
+                        "torch._C._nn.glu", "torch.ops.aten.glu", "torch.ops.aten.glu_backward"))
 ACCUMULATE_STEP = exercise("autograd.accumulate_step", points=3)
 # penalty_step_flops is arithmetic on sizes: torch's counter on a real step would do the job in one call, so it is
 # refused while the student's function runs (the class and entering it, under any name), and so are its per-op
@@ -200,6 +202,7 @@ def expect_jacobian(jacobian, name: str, x: torch.Tensor, how: str, count_passes
         with tracing() as trace:
             out = run_scenario(scenarios.jacobian_report, jacobian, name, x)
         out["passes"], out["outputs"] = trace.backward_passes, math.prod(want.shape[:want.dim() - x.dim()])
+        out["complex"] = sorted(d for d in trace.dtypes if d.startswith("complex"))
     else:
         out = run_scenario(scenarios.jacobian_report, jacobian, name, x)
     what = f"jacobian(f, x) for {how}"
@@ -246,6 +249,9 @@ def expect_made_of_vjps(out: dict, how: str) -> None:
     it was: its values, no .grad, not made to require grad."""
     expect(out["backward_calls"] >= 1, f"jacobian(f, x) for {how} made no backward pass through f: build it from "
                                        "VJPs, one per output element (not from finite differences)")
+    expect(not out.get("complex"), f"jacobian(f, x) for {how} computed in {', '.join(out.get('complex') or [])}: a "
+                                   "complex step (Im f(x + ih e_j) / h) measures the derivative instead of taking it "
+                                   "from backward passes; build J from one VJP per output element")
     passes, outputs = out["passes"], out["outputs"]
     batched = " (batched: is_grads_batched or vmap)" if out["batched_calls"] else ""
     expect(passes == outputs and not out["batched_calls"],

@@ -29,17 +29,21 @@ SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1,
 # one element at a time (Python numbers, each a scalar operand like any constant) take thousands.
 ROUND_TO_BF16 = exercise("dtypes.round_to_bf16", points=3, forbid=("torch.Tensor.bfloat16", *UNTRACED))
 # A library sum does the whole job its own way (pairwise, in a float32 accumulator, or exactly): refused by name,
-# torch's (its aten operators called directly too) and NumPy's (a cumulative sum's last element is the sum).
+# torch's (its aten operators called directly too; index_add into one slot adds in order), and NumPy's (a cumulative
+# sum's last element is the sum).
 _LIBRARY_SUMS = ("torch.sum", "torch.Tensor.sum", "torch.nansum", "torch.Tensor.nansum", "torch.cumsum",
                  "torch.Tensor.cumsum", "torch.Tensor.cumsum_", "torch.ops.aten.sum", "torch.ops.aten.cumsum",
-                 "torch.ops.aten.cumsum_", "math.fsum", "numpy.sum", "numpy.ndarray.sum", "numpy.nansum",
+                 "torch.ops.aten.cumsum_", "torch.index_add", "torch.Tensor.index_add", "torch.Tensor.index_add_",
+                 "torch.ops.aten.index_add", "torch.ops.aten.index_add_", "math.fsum", "numpy.sum", "numpy.ndarray.sum", "numpy.nansum",
                  "numpy.add.reduce", "numpy.cumsum", "numpy.ndarray.cumsum", "numpy.nancumsum",
                  "numpy.add.accumulate")
 SEQUENTIAL_SUM = exercise("dtypes.sequential_sum", points=1, forbid=_LIBRARY_SUMS)
 KAHAN_SUM = exercise("dtypes.kahan_sum", points=2, forbid=_LIBRARY_SUMS)
-# GradScaler's own update (torch._amp_update_scale_, which GradScaler.update calls) is the rule itself.
+# GradScaler's own update (torch._amp_update_scale_, which GradScaler.update calls, and its aten operators) is the
+# rule itself.
 UPDATE_LOSS_SCALE = exercise("dtypes.update_loss_scale", points=2,
-                             forbid=("torch._amp_update_scale_", "torch.amp.GradScaler",
+                             forbid=("torch._amp_update_scale_", "torch.ops.aten._amp_update_scale_",
+                                     "torch.ops.aten._amp_update_scale", "torch.amp.GradScaler",
                                      "torch.amp.grad_scaler.GradScaler"))
 
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -133,6 +137,9 @@ _FLOAT_MOVES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_
                 "stack", "flip", "resize", "where", "masked_fill", "masked_scatter", "index_put", "index_put_impl",
                 "index_copy", "index_fill", "abs"}
 _FLOATING = ("float", "bfloat", "complex")
+# A move only moves values within float32, x's dtype: a copy into float16 rounds (x's mantissa shifted into float16's
+# subnormals keeps bfloat16's 7 bits, ties to even). A search of a table of midpoints rounds too, with integer output.
+_SEARCHES = {"searchsorted", "bucketize"}
 
 
 def _operator(entry: str) -> tuple[str, str]:
@@ -144,8 +151,9 @@ def _operator(entry: str) -> tuple[str, str]:
 def expect_integer_method(lineage: set[str], what: str) -> None:
     """The result's values came from integer bit operations (on x.view(torch.int32)), not floating-point arithmetic."""
     ops = sorted(lineage)
-    arithmetic = sorted({op for op, dtype in map(_operator, ops)
-                         if op not in _FLOAT_MOVES and op != UNSEEN and dtype.startswith(_FLOATING)})
+    arithmetic = sorted({f"{op} into {dtype}" if op in _FLOAT_MOVES else op for op, dtype in map(_operator, ops)
+                         if op != UNSEEN and (op in _SEARCHES or dtype.startswith(_FLOATING)
+                                              and (op not in _FLOAT_MOVES or dtype != "float32"))})
     if arithmetic:
         fail(f"{what} rounded with floating-point arithmetic ({', '.join(arithmetic[:8])}): do the rounding with "
              "integer operations on x.view(torch.int32), as the exercise asks")
