@@ -2,8 +2,10 @@
 (public and hidden checks), plausible wrong ones must fail."""
 from __future__ import annotations
 
+import copy
 import functools
 import io
+import json
 import math
 import os
 import pickle
@@ -105,6 +107,44 @@ def load_checkpoint_atomic(path, model, optimizer):
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
     random.setstate(py_state)
     return ckpt["it"]
+
+
+def save_checkpoint_packed(model, optimizer, iteration, path):
+    """Other layouts: a list; the model's tensors without names; torch's state as a list of ints, numpy's keys as
+    an int32 view, random's state as JSON text."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    rng = {"torch": torch.get_rng_state().tolist(), "np": [name, torch.from_numpy(keys.view(np.int32)), pos, has_gauss,
+                                                          cached], "py": json.dumps(random.getstate())}
+    torch.save([int(iteration), list(model.state_dict().values()), optimizer.state_dict(), rng], path)
+
+
+def load_checkpoint_packed(path, model, optimizer):
+    iteration, tensors, optimizer_state, rng = torch.load(path, weights_only=True)
+    model.load_state_dict(dict(zip(model.state_dict(), tensors)))
+    optimizer.load_state_dict(optimizer_state)
+    torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
+    name, keys, pos, has_gauss, cached = rng["np"]
+    np.random.set_state((name, keys.numpy().view(np.uint32), pos, has_gauss, cached))
+    version, words, gauss = json.loads(rng["py"])
+    random.setstate((version, tuple(words), gauss))
+    return iteration
+
+
+def save_checkpoint_bytes(model, optimizer, iteration, path):
+    """The generators' states as bytes (weights_only=True reads bytes): torch's raw, numpy's and random's pickled."""
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": iteration,
+                "torch_rng": bytes(torch.get_rng_state().numpy()), "numpy_rng": pickle.dumps(np.random.get_state()),
+                "python_rng": pickle.dumps(random.getstate())}, path)
+
+
+def load_checkpoint_bytes(path, model, optimizer):
+    ckpt = torch.load(path, weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(torch.frombuffer(bytearray(ckpt["torch_rng"]), dtype=torch.uint8))
+    np.random.set_state(pickle.loads(ckpt["numpy_rng"]))
+    random.setstate(pickle.loads(ckpt["python_rng"]))
+    return ckpt["step"]
 
 
 def atomic_mkstemp(obj, path):
@@ -242,6 +282,8 @@ CORRECT = [
     ("adagrad", [AdaGradAddcmul]), ("adagrad", [AdaGradRsqrt]),
     ("save_checkpoint", [save_checkpoint_flat, load_checkpoint_flat]),
     ("save_checkpoint", [save_checkpoint_atomic, load_checkpoint_atomic]),
+    ("save_checkpoint", [save_checkpoint_packed, load_checkpoint_packed]),
+    ("save_checkpoint", [save_checkpoint_bytes, load_checkpoint_bytes]),
     ("atomic_save", [atomic_mkstemp]), ("atomic_save", [atomic_suffix]), ("atomic_save", [atomic_named_temporary]),
     ("atomic_save", [atomic_buffer_first]),
     ("safe_load", [safe_load_device]), ("safe_load", [safe_load_file]),
@@ -527,6 +569,54 @@ def _loader_assigns(path, model, opt):
     np.random.set_state((s[0], np.array(s[1], dtype=np.uint32), *s[2:]))
     random.setstate(ckpt["random"])
     return ckpt["iteration"]
+
+
+_KEPT: dict = {}  # what the answers below keep in memory instead of in the file
+
+
+def _keep(model, opt, path):
+    _KEPT[os.path.abspath(path)] = copy.deepcopy({
+        "model": model.state_dict(), "optimizer": opt.state_dict(), "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(), "random": random.getstate()})
+
+
+def _save_in_memory(model, opt, iteration, path):
+    """The real checkpoint in a dict keyed by path; the file holds only the iteration (review c0508, finding 6)."""
+    _keep(model, opt, path)
+    torch.save({"iteration": iteration}, path)
+
+
+def _load_in_memory(path, model, opt):
+    kept = _KEPT[os.path.abspath(path)]
+    model.load_state_dict(kept["model"])
+    opt.load_state_dict(copy.deepcopy(kept["optimizer"]))
+    torch.set_rng_state(kept["torch"])
+    np.random.set_state(kept["numpy"])
+    random.setstate(kept["random"])
+    return torch.load(path, weights_only=True)["iteration"]
+
+
+def _save_rng_in_memory(model, opt, iteration, path):
+    """The model and the optimizer in the file, the generators' states in memory (the last save's)."""
+    _KEPT["rng"] = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": iteration}, path)
+
+
+def _load_rng_in_memory(path, model, opt):
+    ckpt = torch.load(path, weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    torch_state, numpy_state, random_state = _KEPT["rng"]
+    torch.set_rng_state(torch_state)
+    np.random.set_state(numpy_state)
+    random.setstate(random_state)
+    return ckpt["iteration"]
+
+
+def _save_also_in_memory(model, opt, iteration, path):
+    """A complete file, and a copy of everything kept in memory under its path, which the loader takes instead."""
+    _keep(model, opt, path)
+    _saver()(model, opt, iteration, path)
 
 
 # ---------------------------------------------------------------- plausible but wrong: files
@@ -846,6 +936,53 @@ def checkpointed_by_the_library(blocks, x, segments):
     return library_checkpoint_sequential(torch.nn.Sequential(*blocks), segments, x, use_reentrant=False)
 
 
+def _adagrad_private_kernel(opt, group, p):
+    """torch's own Adagrad kernel under its private name, handed state_sum = g2 + eps and eps = 0, so that eps lands
+    inside the square root; g2 read back afterwards."""
+    from torch.optim.adagrad import _single_tensor_adagrad
+    g2 = opt.state[p].setdefault("g2", torch.zeros_like(p))
+    state_sum = g2 + group["eps"]
+    _single_tensor_adagrad([p], [p.grad], [state_sum], [torch.tensor(0.0)], None, None, lr=group["lr"],
+                           weight_decay=0.0, lr_decay=0.0, eps=0.0, has_sparse_grad=False, maximize=False,
+                           differentiable=False, has_complex=False)
+    g2.copy_(state_sum - group["eps"])
+
+
+def atomic_by_fsspec(obj, path):
+    """fsspec's atomic writer (installed with torch): the temporary file next to path, removed on any exception,
+    os.replace'd onto path; only the fsync is the student's."""
+    from fsspec.utils import atomic_write
+    with atomic_write(os.fspath(path)) as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def checkpointed_in_numpy(blocks, x, segments):
+    """No checkpointing: a plain forward whose saved activations are packed into NumPy arrays (which torch's
+    allocations do not count), with hooks that re-run each segment during backward only to be counted."""
+    blocks = list(blocks)
+    if not 1 <= segments <= len(blocks):
+        raise ValueError("segments must be between 1 and len(blocks)")
+    sizes = [len(blocks) // segments + (i < len(blocks) % segments) for i in range(segments)]
+    h, start = x, 0
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().numpy().copy(), torch.from_numpy):
+        for size in sizes:
+            part, h_in = blocks[start:start + size], h
+            for b in part:
+                h = b(h)
+
+            def recount(grad, part=part, h_in=h_in.detach()):
+                with torch.no_grad():
+                    t = h_in
+                    for b in part:
+                        t = b(t)
+                return grad
+            h.register_hook(recount)
+            start += size
+    return h
+
+
 def checkpointed_plain(blocks, x, segments):
     for part in _segments(blocks, segments):
         x = _run(part)(x)
@@ -1076,6 +1213,12 @@ WRONG = [
       "store it as a tensor"),  # numpy array, weights_only load
     W("save_checkpoint", (_saver(), _loader_assigns), "resumes_bit_identically",
       "load_state_dict(..., assign=True) replaces them"),  # the optimizer steps the parameters the model dropped
+    W("save_checkpoint", (_save_in_memory, _load_in_memory), "one_file_that_loads_with_weights_only",
+      "the model's 0.weight, as it was at the save, is nowhere"),  # the file holds only the iteration
+    W("save_checkpoint", (_save_rng_in_memory, _load_rng_in_memory), "one_file_that_loads_with_weights_only",
+      "torch's RNG state, as it was at the save, is nowhere"),  # the generators' states kept in memory
+    W("save_checkpoint", (_save_also_in_memory, _load_in_memory), "resumes_bit_identically",
+      "moved to another folder"),  # loads what memory kept under the path, not the file
     # atomic_save
     W("atomic_save", atomic_in_place, "crash_keeps_the_old_file", "writing into path itself"),
     W("atomic_save", atomic_no_cleanup, "crash_keeps_the_old_file", "remove the temporary file"),
@@ -1186,6 +1329,10 @@ REFUSED = [
     *([W("atomic_save", atomic_by_torch_helper, "replaces_the_file",
          "not call torch._dynamo.aot_compile.atomic_write_binary")] if TORCH_ATOMIC_WRITER else []),
     W("atomic_save", atomic_by_inductor, "replaces_the_file", "not call torch._inductor.codecache.write_atomic"),
+    W("atomic_save", atomic_by_fsspec, "replaces_the_file", "not call fsspec.utils.atomic_write"),  # any library's
+    W("adagrad", _adagrad(_adagrad_private_kernel), "one_parameter",
+      "not call torch.optim.adagrad._single_tensor_adagrad"),  # eps moved inside the root by hand
+    W("checkpointed_forward", checkpointed_in_numpy, "same_output_and_gradients", "not call torch.Tensor.numpy"),
     # checkpoint_sequential under another name (bound before any check): the forbid reaches it through its code
     W("checkpointed_forward", checkpointed_by_the_library, "same_output_and_gradients",
       "not call torch.utils.checkpoint.checkpoint_sequential"),
@@ -1286,6 +1433,24 @@ def load_without_rng(path, model, optimizer):
 
 def load_one_late(path, model, optimizer):
     return load_checkpoint(path, model, optimizer) + 1
+
+_KEPT = {}
+
+def save_in_memory(model, optimizer, iteration, path):
+    import copy
+    _KEPT[os.path.abspath(path)] = copy.deepcopy({"m": model.state_dict(), "o": optimizer.state_dict(),
+                                                  "rng": (torch.get_rng_state(), np.random.get_state(),
+                                                          random.getstate())})
+    torch.save({"it": iteration}, path)
+
+def load_in_memory(path, model, optimizer):
+    kept = _KEPT[os.path.abspath(path)]
+    model.load_state_dict(kept["m"])
+    optimizer.load_state_dict(kept["o"])
+    torch.set_rng_state(kept["rng"][0])
+    np.random.set_state(kept["rng"][1])
+    random.setstate(kept["rng"][2])
+    return torch.load(path, weights_only=True)["it"]
 
 def safe_load_fallback(path):
     try:
@@ -1388,7 +1553,8 @@ SOLVED = {"adagrad": ["AdaGrad"], "save_checkpoint": ["save_checkpoint", "load_c
           "atomic_save": ["atomic_save"], "safe_load": ["safe_load"], "load_matching": ["load_matching"],
           "checkpointed_forward": ["checkpointed_forward"], "checkpoint_interval": ["checkpoint_interval"]}
 KERNEL_WRONG_NAMES = [("adagrad", ["AdaGradOutside"]), ("save_checkpoint", ["save_without_rng", "load_without_rng"]),
-                      ("save_checkpoint", ["save_checkpoint", "load_one_late"]), ("atomic_save", ["atomic_in_place"]),
+                      ("save_checkpoint", ["save_checkpoint", "load_one_late"]),
+                      ("save_checkpoint", ["save_in_memory", "load_in_memory"]), ("atomic_save", ["atomic_in_place"]),
                       ("atomic_save", ["atomic_in_tmp"]), ("safe_load", ["safe_load_fallback"]),
                       ("load_matching", ["matching_by_name"]), ("checkpointed_forward", ["checkpointed_last_plain"]),
                       ("checkpoint_interval", ["interval_daly"])]
@@ -1437,12 +1603,15 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
                                ("atomic_save", ["atomic_by_inductor"], "not call torch._inductor.codecache.write_atomic")]:
         messages = " | ".join(r.message for r in grade_in_kernel(kernel_bridge, name, names) if not r.passed)
         assert words in messages, (name, messages)
-    # what the scenarios measure crosses the bridge: a file's identity at fsync and at rename, the bytes a forward kept
+    # what the scenarios measure crosses the bridge: a file's identity at fsync and at rename, the bytes a forward kept,
+    # what a checkpoint file holds
     for name, names, check, words in [
             ("atomic_save", ["atomic_fsync_first"], "temporary_in_the_same_folder", "fsynced when it held 0 bytes"),
             ("atomic_save", ["atomic_exception_only"], "an_interrupt_keeps_the_old_file",
              "a KeyboardInterrupt is not an Exception"),
-            ("checkpointed_forward", ["checkpointed_keeps_a_list"], "keeps_only_segment_boundaries", "8.0 activations")]:
+            ("checkpointed_forward", ["checkpointed_keeps_a_list"], "keeps_only_segment_boundaries", "8.0 activations"),
+            ("save_checkpoint", ["save_in_memory", "load_in_memory"], "one_file_that_loads_with_weights_only",
+             "the model's 0.weight, as it was at the save, is nowhere")]:
         results = {r.name: r for r in grade_in_kernel(kernel_bridge, name, names)}
         assert not results[check].passed and words in results[check].message, (name, results[check].message)
     kernel_bridge.probe()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed import ReduceOp, all_reduce, get_world_size
 from torch.utils.data import DistributedSampler
 
 from grader.course import distributed
@@ -128,6 +129,28 @@ def average_async_then_divide(model):
         work.wait()
     for g in grads:
         g /= dist.get_world_size()
+
+
+def average_names_imported(model):
+    """The collectives bound by name at module level (`from torch.distributed import all_reduce, ...`), as many
+    tutorials write them: the simulated world must reach these names too."""
+    world = get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            all_reduce(p.grad, op=ReduceOp.SUM)
+            p.grad /= world
+
+
+def average_through_a_closure():
+    """The collectives held by a closure and reached as torch.distributed.<name>."""
+    reduce, size = dist.all_reduce, torch.distributed.get_world_size
+
+    def average_gradients(model):
+        for p in model.parameters():
+            if p.grad is not None:
+                reduce(p.grad)
+                p.grad.div_(size())
+    return average_gradients
 
 
 def shard_modular(num_samples, rank, world_size, shuffle=False, seed=0, epoch=0, drop_last=False):
@@ -427,6 +450,26 @@ WORKERS = textwrap.dedent('''
         return model.state_dict()
 
 
+    def gradient_from_a_copy_with_token(rank, world_size, steps, lr, seed):
+        """gradient_from_a_copy plus one collective per step on a one-element dummy: a collective, but no gradient
+        in it (it passed while the checks counted collectives only)."""
+        join(rank, world_size)
+        model = toy_model(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            mine = block(rank, world_size)
+            opt.zero_grad()
+            F.mse_loss(model(x[mine]), y[mine]).backward()
+            w = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
+            out = torch.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
+            for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
+                p.grad = g
+            dist.all_reduce(torch.zeros(1))
+            opt.step()
+        return model.state_dict()
+
+
     def stub(rank, world_size, steps, lr, seed):
         raise NotImplementedError
 
@@ -474,7 +517,8 @@ CORRECT = [
     ("zero_memory", zero_table), ("zero_memory", zero_per_param),
     ("shard_indices", shard_cycle),
     ("average_gradients", average_bucketed), ("average_gradients", average_divide_first),
-    ("average_gradients", average_async_then_divide), ("shard_indices", shard_modular),
+    ("average_gradients", average_async_then_divide), ("average_gradients", average_names_imported),
+    ("average_gradients", average_through_a_closure()), ("shard_indices", shard_modular),
     ("shard_indices", shard_forked_global),
     ("pipeline_bubble", bubble_share_of_slots), ("pipeline_bubble", bubble_fraction),
     ("parallel_layout", layout_by_times),
@@ -777,6 +821,25 @@ def average_parameters(model):
             p.data /= dist.get_world_size()
 
 
+def average_no_exchange(model):
+    """All-reduces a tensor of ones (n in a real world) and scales its own gradients by that over n: each rank keeps
+    its own gradient; it passed while the simulated ranks held multiples of this rank's gradients."""
+    probe = torch.ones(1)
+    dist.all_reduce(probe, op=dist.ReduceOp.SUM)
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad *= float(probe) / dist.get_world_size()
+
+
+def average_hardcoded(model):
+    """One dummy all-reduce, then its own gradients scaled by (n + 1) / 2, the old simulated world's average."""
+    dist.all_reduce(torch.zeros(1))
+    n = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad *= (n + 1) / 2
+
+
 def average_no_none_check(model):
     for p in model.parameters():
         dist.all_reduce(p.grad)
@@ -821,6 +884,10 @@ WRONG = [
     W("average_gradients", average_async_divide_then_wait, "two_ranks_average",
       "changed between dist.all_reduce(..., async_op=True) and work.wait()"),
     W("average_gradients", average_async_waits_last, "two_ranks_average", "3 of its 4 all-reduces"),
+    W("average_gradients", average_no_exchange, "two_ranks_average",
+      "is this rank's own gradient, with nothing of the other ranks' gradients"),  # no gradient exchanged
+    W("average_gradients", average_hardcoded, "world_size_from_the_group",
+      "is 2x this rank's own gradient, with nothing of the other ranks'"),  # the old fake world's factor
     *PIPELINE_WRONG,
     *LAYOUT_WRONG,
 ]
@@ -893,7 +960,7 @@ REQUIREMENTS = [
     W("average_gradients", average_no_none_check, "no_gradient_stays_none", "'NoneType'",
       status=ERROR),                                                                              # "skip None"
     W("average_gradients", average_parameters, "two_ranks_average",
-      "0.667x the average"),                                                                      # "not the params"
+      "all-reduced the parameters themselves"),                                                   # "not the params"
 ]
 
 
@@ -954,6 +1021,8 @@ WRONG_WORKERS = {
     "linear_bypass": {AVERAGING: ("gradient before communication at step 0 is the gradient of all 16 rows",
                                   "its backward ran on the full batch")},
     "gradient_from_a_copy": {AVERAGING: ("ran no collective between that step's forward and the next",)},
+    "gradient_from_a_copy_with_token": {AVERAGING: ("collectives between that step's forward and the next carried 1 "
+                                                    "number, fewer than its model's 321 gradients",)},
 }
 
 

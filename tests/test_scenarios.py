@@ -133,7 +133,7 @@ def test_scenario_modules_import_nothing_but_torch_numpy_and_the_standard_librar
     allowed_roots = {"torch", "numpy", "math", "os", "io", "gc", "sys", "random", "tempfile", "pathlib", "pickle",
                      "time", "signal", "socket", "subprocess", "threading", "contextlib", "itertools", "functools",
                      "collections", "typing", "copy", "hashlib", "zlib", "struct", "importlib", "types", "shutil",
-                     "resource", "weakref", "datetime", "statistics", "mmap", "tracemalloc", "ctypes"}
+                     "resource", "weakref", "datetime", "statistics", "mmap", "tracemalloc", "ctypes", "re"}
     for name, source in scenario_sources().items():
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Import):

@@ -4,7 +4,8 @@ While the environment names a folder in RECORD_ENV (the ddp_train scenario sets 
 it), every model `grader.course.distributed.toy_model` builds records its training (gradients on) there, per
 process:
 - at each forward of the whole model: the rows it received, its weights at that moment, its rank, whether a
-  process group was up, and how many collectives that group had run so far;
+  process group was up, how many collectives that group had run so far, and how many floating-point numbers this
+  process's collectives had carried (from torch's flight recorder, which the ddp_train scenario turns on);
 - at each forward of each layer with parameters: the rows that layer received and the FLOPs it did (a forward that
   calls the layers one by one, or calls the model once more, shows here);
 - at each backward: the gradient that reached each parameter, before any communication (a hook on the parameter
@@ -16,7 +17,9 @@ averaged by hand, SGD written out).
 from __future__ import annotations
 
 import itertools
+import math
 import os
+import pickle
 from typing import Any
 
 import torch
@@ -26,6 +29,7 @@ __all__ = ["RECORD_ENV", "ForwardRecorder", "record_if_asked"]
 
 RECORD_ENV = "GRADER_DDP_RECORD"  # the scenario (which may not import grader) spells it out too
 _files = itertools.count()
+_FLOATS = {"Float", "Double", "Half", "BFloat16"}  # the flight recorder's names of floating-point dtypes
 
 
 def _rank_world_group() -> tuple[int, int, bool, int | None]:
@@ -40,6 +44,22 @@ def _rank_world_group() -> tuple[int, int, bool, int | None]:
             seq = None
         return dist.get_rank(), dist.get_world_size(), True, seq
     return int(os.environ.get("RANK", -1)), int(os.environ.get("WORLD_SIZE", -1)), False, None
+
+
+def _floats_sent(seq: int | None) -> int | None:
+    """How many floating-point numbers this process's collectives have carried so far (the inputs' elements), as
+    torch's flight recorder lists them; None where it lists nothing it should (a torch without it for gloo, a buffer
+    turned off or wrapped round)."""
+    try:
+        entries = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False)).get("entries", [])
+    except Exception:  # a torch without the recorder, or another format
+        return None
+    if not entries:
+        return 0 if seq == 0 else None
+    if min(e.get("record_id", 0) for e in entries) > 0:  # the oldest entries were dropped
+        return None
+    return sum(math.prod(size) for e in entries
+               for dtype, size in zip(e.get("input_dtypes", []), e.get("input_sizes", [])) if dtype in _FLOATS)
 
 
 class ForwardRecorder:
@@ -59,7 +79,7 @@ class ForwardRecorder:
             self.pid = os.getpid()
             self.path = os.path.join(self.folder, f"{self.pid}-{next(_files)}.pt")
             self.record = {"pid": self.pid, "x": [], "params": [], "rank": [], "world": [], "group": [], "seq": [],
-                           "layers": {}, "grads": {}}
+                           "sent": [], "layers": {}, "grads": {}}
         return self.record
 
     def _save(self) -> None:
@@ -78,7 +98,8 @@ class ForwardRecorder:
         rank, world, group, seq = _rank_world_group()
         r["x"].append(x.detach().cpu().clone() if isinstance(x, torch.Tensor) else None)
         r["params"].append({n: p.detach().cpu().clone() for n, p in module.named_parameters()})
-        for key, value in (("rank", rank), ("world", world), ("group", group), ("seq", seq)):
+        sent = _floats_sent(seq) if group else None
+        for key, value in (("rank", rank), ("world", world), ("group", group), ("seq", seq), ("sent", sent)):
             r[key].append(value)
         self._save()
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from grader.expect import describe, expect, expect_raises, expect_tensor, fail
+from grader.guard import NUMPY_EXITS
 from grader.registry import exercise
 from grader.runner import forbidden_message
 from grader.scenario import run_scenario
@@ -33,16 +34,20 @@ _Tensor = torch.Tensor
 # rename, since importing their modules to refuse them by name would cost seconds; checkpoint_sequential does
 # the whole of checkpointed_forward (but leaves the last segment plain).
 # (torch.optim._functional.adagrad is torch.optim.adagrad.adagrad: refusing its code refuses every alias. Its private
-# helpers cannot be named from `torch`; with eps outside the root, they fail the eps checks.)
-ADAGRAD_SHORTCUTS = ("torch.optim.Adagrad.step", "torch.optim._functional.adagrad", "torch._fused_adagrad_")
+# helpers are refused too: handed a sum of squares with eps already in it and eps=0, they put eps inside the root.)
+ADAGRAD_SHORTCUTS = ("torch.optim.Adagrad.step", "torch.optim._functional.adagrad", "torch._fused_adagrad_",
+                     "torch.optim.adagrad._single_tensor_adagrad", "torch.optim.adagrad._multi_tensor_adagrad",
+                     "torch.optim.adagrad._fused_adagrad")
 ADAGRAD = exercise("checkpointing.adagrad", points=3, needs=("AdaGrad",), forbid=ADAGRAD_SHORTCUTS)
 SAVE_CHECKPOINT = exercise("checkpointing.save_checkpoint", points=4, needs=("save_checkpoint", "load_checkpoint"))
 ATOMIC_SAVE = exercise("checkpointing.atomic_save", points=3)
 CHECKPOINT_INTERVAL = exercise("checkpointing.checkpoint_interval", points=2)
 SAFE_LOAD = exercise("checkpointing.safe_load", points=2)
 LOAD_MATCHING = exercise("checkpointing.load_matching", points=3)
+# checkpointed_forward's checks count the activations torch keeps: activations kept in NumPy would hide from them.
+# (torch.utils.checkpoint itself switches dispatch modes, so guard.UNTRACED as a whole cannot be refused here.)
 CHECKPOINTED_FORWARD = exercise("checkpointing.checkpointed_forward", points=3,
-                                forbid=("torch.utils.checkpoint.checkpoint_sequential",))
+                                forbid=("torch.utils.checkpoint.checkpoint_sequential", *NUMPY_EXITS))
 
 
 def bit_equal(a: Any, b: Any) -> bool:
@@ -274,9 +279,14 @@ def expect_resumed(out: dict, spec: list, optimizer: str, sources: tuple[str, ..
     """load_checkpoint returned n, and the resumed parameters equal the uninterrupted ones bit for bit."""
     how = describe_training(spec, optimizer, sources, n, m)
     if out["load_error"]:
-        numpy = (": the checkpoint holds a numpy array (numpy's RNG state), which weights_only=True refuses; store "
-                 "it as a tensor (torch.from_numpy) or a list") if "numpy" in out["load_error"] else ""
-        fail(f"{how}: load_checkpoint raised {out['load_error']}{numpy}")
+        error, hint = out["load_error"], ""
+        if "numpy" in error:
+            hint = (": the checkpoint holds a numpy array (numpy's RNG state), which weights_only=True refuses; store "
+                    "it as a tensor (torch.from_numpy) or a list")
+        elif "elsewhere-" in error or error.startswith("FileNotFoundError"):
+            hint = (": it was given the file moved to another folder after the save, as a copy on another machine "
+                    "would be; read everything from the file at the path it is given")
+        fail(f"{how}: load_checkpoint raised {error}{hint}")
     if out["start_type"] != "int":
         fail(f"{how}: load_checkpoint returned {describe(out['start'])} ({out['start_type']}); return the saved "
              "iteration as an int")
@@ -325,7 +335,7 @@ def optimizer_state_and_iteration(save_checkpoint, load_checkpoint):
 
 @SAVE_CHECKPOINT.check
 def one_file_that_loads_with_weights_only(save_checkpoint, load_checkpoint):
-    """the checkpoint is one file at path, and torch.load(path, weights_only=True) reads it"""
+    """one file at path, read by torch.load(path, weights_only=True), holds the model, the optimizer and every RNG"""
     out = run_resume(save_checkpoint, load_checkpoint, DROPOUT_MLP, "adam", ("numpy",), 1, 1, 3)
     expect_one_loadable_file(out)
 
@@ -338,6 +348,41 @@ def expect_one_loadable_file(out: dict) -> None:
         fail(f"torch.load(path, weights_only=True) refuses the checkpoint: {out['weights_only_error']}. Keep to "
              "tensors, numbers, strings, None and lists/tuples/dicts of them: numpy's state holds a numpy array, "
              "so store it as a tensor (torch.from_numpy) or a list")
+    expect_file_holds_the_states(out)
+
+
+def _encodings(x: Any) -> list[bytes]:
+    """A value's numbers as bytes: as stored, as float64 and, for integers, modulo 2**32 as uint32, so that a
+    state is found in the file whatever dtype, container or key holds it."""
+    if isinstance(x, bytes):
+        return [x]
+    if not isinstance(x, _Tensor) or x.is_complex() or x.layout != torch.strided:
+        return []
+    try:
+        flat = x.detach().reshape(-1).contiguous()
+        out = [flat.view(torch.uint8).numpy().tobytes(), flat.to(torch.float64).numpy().astype("<f8").tobytes()]
+        if not flat.is_floating_point():
+            out.append((flat.to(torch.int64) % 2**32).numpy().astype("<u4").tobytes())
+    except (RuntimeError, TypeError, ValueError):  # a dtype with no such view: it holds no state of ours
+        return []
+    return out
+
+
+def expect_file_holds_the_states(out: dict) -> None:
+    """The file itself holds every state as it was at the save (model, optimizer, RNGs), in any layout: one kept
+    in memory instead is lost with the process."""
+    in_file = [e for leaf in out["in_file"] for e in _encodings(leaf)]
+    at = out["at_save"]
+    wanted = [(f"the model's {name}", "model.state_dict()", t) for name, t in at["model"].items()]
+    wanted += [(f"the optimizer's {key}", "optimizer.state_dict()", t) for key, t in at["optimizer"].items()]
+    wanted += [("torch's RNG state", "torch.get_rng_state()", at["torch"]),
+               ("numpy's RNG state", "np.random.get_state() (its array as a tensor or a list)", at["numpy"]),
+               ("random's state", "random.getstate()", at["random"])]
+    for what, call, state in wanted:
+        if not any(e in blob for e in _encodings(state) for blob in in_file):
+            fail(f"torch.load(path, weights_only=True) reads a checkpoint in which {what}, as it was at the save, "
+                 f"is nowhere (in no tensor, list or string of the file): write {call} into the file itself; a run "
+                 "resumed after a crash or on another machine has only the file")
 
 
 # ---------------------------------------------------------------- atomic_save
@@ -404,10 +449,12 @@ def expect_atomic(out: dict, ops: list[tuple[str, dict]], existing: dict | None,
 
 
 def expect_own_rename(op: dict) -> None:
-    """No rename was made by a torch function: a library helper that writes files atomically is the whole job."""
+    """No rename was made by a library's function (torch's, fsspec's atomic writers): a helper that writes files
+    atomically is the whole job."""
     for event in op["events"]:
         by = event[3] if event[0] == "rename" and len(event) > 3 else ""
-        if by == "torch" or by.startswith("torch."):
+        library = bool(event[5]) if event[0] == "rename" and len(event) > 5 else False
+        if by == "torch" or by.startswith("torch.") or library:
             fail(forbidden_message(ATOMIC_SAVE, by) + ": write the temporary file, fsync it and os.replace it "
                  "yourself")
 

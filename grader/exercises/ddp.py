@@ -373,8 +373,24 @@ def expect_multiple(after: Any, want: torch.Tensor, world_size: int, what: str) 
          f"dist.get_world_size() ({world_size} here)")
 
 
+def expect_not_own(after: Any, own: torch.Tensor, world_size: int, what: str) -> None:
+    """A gradient that came back a multiple of this rank's own (x 1: untouched) took nothing from the other ranks."""
+    if world_size == 1 or own.numel() < 2 or not isinstance(after, torch.Tensor) or after.shape != own.shape or \
+            not after.is_floating_point():
+        return
+    norm = float((own.double() ** 2).sum())
+    k = float((after.double() * own.double()).sum()) / norm if norm else 0.0
+    if not bool(_isclose(after.double(), k * own.double(), rtol=1e-5, atol=1e-6).all()):
+        return
+    mine = "this rank's own gradient" if abs(k - 1) < 1e-6 else f"{k:.3g}x this rank's own gradient"
+    fail(f"{what} is {mine}, with nothing of the other ranks' gradients, which differ from it: all-reduce the "
+         "gradients themselves with SUM, so that the other ranks' gradients are added in, then divide by "
+         "dist.get_world_size()")
+
+
 def expect_average(average_gradients, world_size: int, seed: int, frozen: bool = False) -> None:
-    """In a simulated world, rank k holds (k + 1) times this rank's gradients: the average is known exactly."""
+    """In a simulated world each rank (a thread) holds gradients of its own batch; every rank must end with their
+    average, which only an all-reduce of the gradients themselves can bring."""
     out = run_scenario(scenarios.average_in_fake_world, average_gradients, SPEC, world_size, seed, frozen)
     what = f"average_gradients(model) with a world of {world_size}"
     if out["error"]:
@@ -387,15 +403,20 @@ def expect_average(average_gradients, world_size: int, seed: int, frozen: bool =
         fail(f"{what}: {out['raced']} tensor(s) changed between dist.all_reduce(..., async_op=True) and work.wait(): "
              "the all-reduce reads its tensor while it runs, so in a real run it races with that change; divide "
              "after wait() has returned")
-    factor = sum(range(1, world_size + 1)) / world_size
-    for name, before in out["before"].items():
-        after = out["after"][name]
-        if before is None:
-            expect(after is None, f"{what}: parameter {name} had no gradient and must keep none")
-            continue
-        expect_multiple(after, before * factor, world_size, f"{what}: the gradient of {name}")
-        expect_tensor(after, before * factor, f"{what}: the gradient of {name} (ranks hold 1x, 2x, ... this rank's "
-                                              f"gradient, so the average is {factor:g}x)")
+    if out["params_reduced"]:
+        fail(f"{what} all-reduced the parameters themselves (p or p.data), not their gradients: all-reduce each "
+             "p.grad, then divide it by dist.get_world_size()")
+    before = out["before"]
+    for rank, after in enumerate(out["after"]):
+        for name, own in before[rank].items():
+            got, where = after[name], f"{what}: rank {rank}'s gradient of {name}"
+            if own is None:
+                expect(got is None, f"{what}: parameter {name} had no gradient and must keep none")
+                continue
+            want = sum(b[name].double() for b in before) / world_size
+            expect_multiple(got, want, world_size, where)
+            expect_not_own(got, own, world_size, where)
+            expect_tensor(got, want.to(own.dtype), f"{where} (the average of the {world_size} ranks' gradients)")
     expect(out["params_unchanged"], f"{what} changed the parameters themselves; average only the gradients")
 
 

@@ -7,7 +7,8 @@ forward of the model, the rows received, the weights held and the collectives ru
 layer with parameters, its rows and FLOPs; at each backward, the gradient reaching each parameter before any
 communication. Rows are matched to toy_batch(seed, t). The gradient before communication must be that of the
 mean-squared error of the rank's own rows; the weights at forward t minus those at forward t + 1, over lr, are the
-gradient the rank stepped with, which must be the mean of the ranks' own gradients, with a collective in between.
+gradient the rank stepped with, which must be the mean of the ranks' own gradients, with collectives in between
+that carried at least as many numbers as the model has gradients (torch's flight recorder lists them in the ranks).
 So DistributedDataParallel, gradients all-reduced by hand (SUM then divide, one bucket or per parameter) and SGD
 written out all pass; so does averaging the weights right after each plain SGD step, the same update.
 Any split of the 16 rows into disjoint shards of 16/n that cover the batch passes (blocks, strided rows,
@@ -44,6 +45,7 @@ class Rank:
     x: list[Any]
     params: list[Weights]
     seq: list[Any]              # collectives the process group had run, at each forward (None: not counted)
+    sent: list[Any]             # floating-point numbers its collectives had carried, at each forward (None: unknown)
     layers: dict[str, dict[str, list[int]]]
     grads: dict[str, list[torch.Tensor]]
 
@@ -68,7 +70,8 @@ def ranks_of(run: dict[str, Any]) -> list[Rank]:
         if m["pid"] not in per_process or len(m["x"]) > len(per_process[m["pid"]]["x"]):
             per_process[m["pid"]] = m
     found = [Rank(m["rank"][-1], all(m["group"]), m["x"], m["params"], m.get("seq", [None] * len(m["x"])),
-                  m.get("layers", {}), m.get("grads", {})) for m in per_process.values()]
+                  m.get("sent", [None] * len(m["x"])), m.get("layers", {}), m.get("grads", {}))
+             for m in per_process.values()]
     if len(found) == 1 and found[0].rank == -1:
         found[0].rank = 0
     ranks = sorted(r.rank for r in found)
@@ -294,14 +297,25 @@ def expect_gradient_counts(run: dict[str, Any], r: Rank, names: list[str]) -> No
 
 
 def expect_communicated(run: dict[str, Any], r: Rank, t: int) -> None:
-    """Between its forwards of step t and t + 1 the rank's process group ran a collective (where it counts them):
-    the average of the ranks' gradients cannot reach a rank that exchanged nothing."""
+    """Between its forwards of step t and t + 1 the rank ran collectives (where its process group counts them)
+    that carried at least as many numbers as its model has gradients (where torch's flight recorder lists them):
+    the average of the ranks' gradients cannot reach a rank that sent none of its own."""
     what, n = run["what"], run["world"]
-    if n == 1 or t + 1 >= len(r.seq) or r.seq[t] is None or r.seq[t + 1] is None:
+    if n == 1 or t + 1 >= len(r.x):
         return
-    expect(r.seq[t + 1] > r.seq[t], f"{what}: rank {r.rank} stepped with the average of the ranks' gradients at "
-                                    f"step {t}, yet its process group ran no collective between that step's forward "
-                                    f"and the next: the average must come from the other ranks; {AVERAGE_HOW}")
+    seq, sent = r.seq[t:t + 2], r.sent[t:t + 2]
+    if None not in seq:
+        expect(seq[1] > seq[0], f"{what}: rank {r.rank} stepped with the average of the ranks' gradients at step "
+                                f"{t}, yet its process group ran no collective between that step's forward and the "
+                                f"next: the average must come from the other ranks; {AVERAGE_HOW}")
+    if None in sent:
+        return
+    need = sum(v.numel() for v in r.params[t].values())
+    carried = sent[1] - sent[0]
+    expect(carried >= need, f"{what}: rank {r.rank} stepped with the average of the ranks' gradients at step {t}, "
+                            f"yet its collectives between that step's forward and the next carried {carried} "
+                            f"number{'s' * (carried != 1)}, fewer than its model's {need} gradients: the average must "
+                            f"come from the other ranks' gradients, all-reduced; {AVERAGE_HOW}")
 
 
 def single_process(steps: int, lr: float, seed: int) -> Weights:

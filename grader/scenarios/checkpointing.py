@@ -19,6 +19,8 @@ state as tensors, folder listings as names, file contents as bytes, exceptions a
   on a CPU-only machine, and puts it on the GPU where there is one.
 * A "crash" in the middle of a save is an object whose pickling looks at the folder, then raises.
 * numpy's and random's global states are put back as they were found; torch's is restored by the caller.
+* What a checkpoint file holds is handed back flat, whatever its layout: its tensors, its lists of numbers (as
+  tensors), the integers written in its strings and its bytes, with the states it should hold taken at the save.
 """
 import collections
 import contextlib
@@ -26,7 +28,9 @@ import gc
 import io
 import os
 import pathlib
+import pickle
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -59,6 +63,10 @@ _mkdtemp, _rmtree, _listdir = tempfile.mkdtemp, shutil.rmtree, os.listdir
 _join, _dirname, _exists = os.path.join, os.path.dirname, os.path.exists
 _fspath, _fsdecode = os.fspath, os.fsdecode
 _mkdir = os.mkdir
+_replace = os.replace
+_find_integers = re.compile(r"-?\d+").findall
+_tensor, _int64, _float64 = torch.tensor, torch.int64, torch.float64
+_get_rng_state = torch.get_rng_state
 _Path = pathlib.Path
 _fsync, _fdatasync = os.fsync, getattr(os, "fdatasync", None)
 _fstat, _stat = os.fstat, os.stat
@@ -76,22 +84,30 @@ _FORCE_NO_WEIGHTS_ONLY = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 # pathlib, shutil or tempfile). pathlib is a package from Python 3.13 on.
 _FILE_HELPERS = ("os", "posixpath", "ntpath", "genericpath", "shutil", "tempfile", "pathlib")
 
-# While atomic_save runs, WATCHING holds one list that receives ("rename", src, dst, by, file) and ("fsync", file)
-# events, file being _identity(...) of the file concerned.
+# While atomic_save runs, WATCHING holds one list that receives ("rename", src, dst, by, file, by_a_library) and
+# ("fsync", file) events, file being _identity(...) of the file concerned.
 # Both are containers mutated in place (the grader notices a scenario module whose names are rebound).
 WATCHING = []
 _HOOKED = []
 
 
+# Where installed libraries and the standard library live: a rename asked for by code there is a library's (an
+# atomic writer such as fsspec.utils.atomic_write), not the student's.
+_LIBRARIES = tuple({os.path.dirname(os.path.dirname(os.__file__)), os.path.dirname(os.__file__),
+                    os.path.dirname(os.path.dirname(torch.__file__))})
+
+
 def _renamer():
-    """module.qualname of the function that asked for the rename being audited, past the file helpers."""
+    """(module.qualname of the function that asked for the rename being audited, past the file helpers; whether
+    that function is a library's)."""
     frame = _getframe(2)  # 0: here, 1: _audit, 2: the caller of os.replace / os.rename (a C function)
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _FILE_HELPERS:
         frame = frame.f_back
     if frame is None:
-        return "?"
+        return "?", False
     code = frame.f_code
-    return f"{frame.f_globals.get('__name__', '?')}.{getattr(code, 'co_qualname', code.co_name)}"
+    library = os.path.abspath(code.co_filename).startswith(_LIBRARIES)
+    return f"{frame.f_globals.get('__name__', '?')}.{getattr(code, 'co_qualname', code.co_name)}", library
 
 
 def _identity(st):
@@ -103,19 +119,19 @@ def _identity(st):
 def _audit(event, args):
     if WATCHING and event == "os.rename":
         try:
-            by = _renamer()
+            by, library = _renamer()
         except Exception:
-            by = "?"
+            by, library = "?", False
         try:
             src, dst = _fsdecode(_fspath(args[0])), _fsdecode(_fspath(args[1]))
         except Exception:  # a dir_fd-relative or odd argument: recorded as unreadable, never an error here
-            WATCHING[-1].append(("rename", "?", "?", by, None))
+            WATCHING[-1].append(("rename", "?", "?", by, None, library))
             return
         try:
             renamed = _identity(_stat(src))
         except Exception:
             renamed = None
-        WATCHING[-1].append(("rename", src, dst, by, renamed))
+        WATCHING[-1].append(("rename", src, dst, by, renamed, library))
 
 
 @contextlib.contextmanager
@@ -314,11 +330,83 @@ def _values(model):
     return {name: _clone(t) for name, t in model.state_dict().items()}
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads numbers, strings, bytes and containers only: it refuses every class, so no code runs."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"{module}.{name} is not read here")
+
+
+def _numbers(x, depth=0):
+    """The numbers of a list or tuple, nested lists flattened, or None if it holds anything else."""
+    if type(x) in (int, float, bool):
+        return [x]
+    if depth > 8 or not isinstance(x, (list, tuple)):
+        return None
+    out = []
+    for item in x:
+        found = _numbers(item, depth + 1)
+        if found is None:
+            return None
+        out += found
+    return out
+
+
+def _file_leaves(x, out, depth=0):
+    """Everything of a loaded checkpoint that can hold a state's values, flat: tensors (lists of numbers made
+    tensors), the integers in each string as one tensor, bytes. Any layout: key names and nesting do not matter."""
+    if len(out) > 5000 or depth > 40:
+        return out
+    if isinstance(x, _Tensor):
+        try:
+            out.append(x.detach().to(_cpu).clone())
+        except Exception:  # a tensor with no data here (meta, sparse...): no state in it
+            pass
+    elif isinstance(x, (bytes, bytearray)):
+        out.append(bytes(x))
+        if len(x) < 2**20:  # a state pickled into bytes (pickle.dumps(random.getstate()))
+            try:
+                inner = _PlainUnpickler(io.BytesIO(x)).load()
+            except Exception:
+                inner = None
+            _file_leaves(inner, out, depth + 1)
+    elif isinstance(x, str):
+        found = _find_integers(x)
+        if found:
+            out.append(_tensor([int(v) % 2**63 for v in found], dtype=_int64))
+    elif isinstance(x, dict):
+        for v in x.values():
+            _file_leaves(v, out, depth + 1)
+    elif isinstance(x, (list, tuple)):
+        found = _numbers(x) if x else None
+        if found is None:
+            for v in x:
+                _file_leaves(v, out, depth + 1)
+        elif all(type(v) is not float for v in found):
+            out.append(_tensor([int(v) % 2**63 for v in found], dtype=_int64))
+        else:
+            out.append(_tensor(found, dtype=_float64))
+    return out
+
+
+def _states(model, opt):
+    """The states a checkpoint taken now must hold: the model's tensors, the optimizer's, and the RNGs'."""
+    optimizer = {}
+    for index, state in opt.state_dict()["state"].items():
+        for key, value in state.items():
+            if isinstance(value, _Tensor):
+                optimizer[f"state[{index}][{key!r}]"] = _clone(value)
+    return {"model": _values(model), "optimizer": optimizer, "torch": _get_rng_state(),
+            "numpy": _from_numpy(_np_get_state()[1].copy()), "random": _tensor(_py_getstate()[1][:624], dtype=_int64)}
+
+
 def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, sources, n_steps, m_steps, seed,
                early_save=None):
     """n_steps + m_steps of training without a break, then the same training interrupted: n_steps, save_checkpoint
     (after an earlier save to the same path at step `early_save`, if given), RNGs disturbed, a fresh model (other
-    weights) and optimizer, load_checkpoint, and the remaining steps from the iteration it returned."""
+    weights) and optimizer, load_checkpoint of the file moved to another folder (as a copy elsewhere would be), and
+    the remaining steps from the iteration it returned. Also what the file holds (_file_leaves) and the states it
+    should hold, taken just before the last save (_states)."""
     folder = _mkdtemp(prefix="grader-checkpoint-")
     try:
         with _global_rngs_kept():
@@ -340,15 +428,19 @@ def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, source
                 save_checkpoint(model, opt, early_save, path)
                 done = early_save
             _train(model, opt, done, n_steps, x0, y0, sources)
+            at_save = _states(model, opt)
             save_checkpoint(model, opt, n_steps, path)
             listing = sorted(_listdir(folder))
-            weights_only_error = "the checkpoint file was not written"
+            weights_only_error, in_file = "the checkpoint file was not written", []
             if _exists(path):
                 try:
-                    _load(path, weights_only=True)
+                    _file_leaves(_load(path, weights_only=True), in_file)
                     weights_only_error = None
                 except Exception as e:
                     weights_only_error = _error(e)
+                # resumed from another path, as from a copy on another machine
+                path = _join(_mkdtemp(prefix="elsewhere-", dir=folder), "checkpoint.pt")
+                _replace(_join(folder, "checkpoint.pt"), path)
             del model, opt
 
             _seed_all(seed + 1000)  # disturb every RNG, and start from other objects
@@ -371,7 +463,8 @@ def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, source
                 resumed = _values(model)
             report = {"whole": whole, "resumed": resumed, "start": start, "start_type": type(start).__name__,
                       "load_error": load_error, "listing": listing, "file": "checkpoint.pt",
-                      "weights_only_error": weights_only_error, "params_kept": params_kept}
+                      "weights_only_error": weights_only_error, "params_kept": params_kept,
+                      "at_save": at_save, "in_file": in_file}
             del model, opt, start, stepped
             return report
     finally:
