@@ -160,14 +160,14 @@ def unpack(x, token, storages, student=None):
     return x
 
 
-_RAISING = {dis.opmap[name] for name in ("RAISE_VARARGS", "RERAISE") if name in dis.opmap}
+_CALLING = {op for name, op in dis.opmap.items() if name.startswith(("CALL", "PRECALL"))}
 
 
 def raised_by_own_code(tb, skip_dirs, skip_files=()):
-    """Whether an exception came from a `raise` statement in the student's own code (the innermost frame), as a
-    stub's `raise NotImplementedError` does, and not from a library the code called: torch raises NotImplementedError
-    too (a meta tensor has no data to copy), from a C method, so the innermost frame is the student's line, but the
-    instruction there is a call, not a raise."""
+    """Whether an exception came from the student's own code (the innermost frame), as a stub's `raise
+    NotImplementedError` does, and not out of a library the code called: torch raises NotImplementedError too (a
+    meta tensor has no data to copy), from a C method, so the innermost frame is the student's line, but the
+    instruction there is a call."""
     if tb is None:
         return False
     while tb.tb_next is not None:
@@ -176,7 +176,7 @@ def raised_by_own_code(tb, skip_dirs, skip_files=()):
     if code.co_filename.startswith(tuple(skip_files)) or \
             os.path.abspath(code.co_filename).startswith(tuple(skip_dirs)):
         return False
-    return 0 <= tb.tb_lasti < len(code.co_code) and code.co_code[tb.tb_lasti] in _RAISING
+    return not (0 <= tb.tb_lasti < len(code.co_code) and code.co_code[tb.tb_lasti] in _CALLING)
 
 
 def student_frames(tb, skip_dirs, skip_files=(), limit=3):
