@@ -140,6 +140,7 @@ _FLOATING = ("float", "bfloat", "complex")
 # A move only moves values within float32, x's dtype: a copy into float16 rounds (x's mantissa shifted into float16's
 # subnormals keeps bfloat16's 7 bits, ties to even). A search of a table of midpoints rounds too, with integer output.
 _SEARCHES = {"searchsorted", "bucketize"}
+_ALLOCATES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}  # memory, no values in it
 
 
 def _operator(entry: str) -> tuple[str, str]:
@@ -152,7 +153,7 @@ def expect_integer_method(lineage: set[str], what: str) -> None:
     """The result's values came from integer bit operations (on x.view(torch.int32)), not floating-point arithmetic."""
     ops = sorted(lineage)
     arithmetic = sorted({f"{op} into {dtype}" if op in _FLOAT_MOVES else op for op, dtype in map(_operator, ops)
-                         if op != UNSEEN and (op in _SEARCHES or dtype.startswith(_FLOATING)
+                         if op != UNSEEN and (op in _SEARCHES or dtype.startswith(_FLOATING) and op not in _ALLOCATES
                                               and (op not in _FLOAT_MOVES or dtype != "float32"))})
     if arithmetic:
         fail(f"{what} rounded with floating-point arithmetic ({', '.join(arithmetic[:8])}): do the rounding with "
