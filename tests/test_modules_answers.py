@@ -1166,30 +1166,23 @@ class ConcatWrongInTraining(nn.Module):
         return torch.cat([self.net1(x), self.net2(x)], dim=0 if self.training else -1)
 
 
-class CruncherOneDrawRearranged(CruncherMultiDot):
-    """One (dim, dim) draw; layer i gets it with its rows rolled by i: never equal, never a fresh draw."""
+def _cruncher_one_draw(spread, doc):
+    """A Cruncher whose layers all get one (dim, dim) draw, spread(base, i) for layer i: never equal, never fresh."""
+    class CruncherOneDraw(CruncherMultiDot):
+        def __init__(self, dim, num_layers):
+            super().__init__(dim, 0)
+            base = torch.randn(dim, dim) / math.sqrt(dim)
+            for i in range(num_layers):
+                layer = Linear(dim, dim)
+                with torch.no_grad():
+                    layer.weight.copy_(spread(base, i))
+                self.layers.append(layer)
+    CruncherOneDraw.__doc__ = doc
+    return CruncherOneDraw
 
-    def __init__(self, dim, num_layers):
-        super().__init__(dim, 0)
-        base = torch.randn(dim, dim) / math.sqrt(dim)
-        for i in range(num_layers):
-            layer = Linear(dim, dim)
-            with torch.no_grad():
-                layer.weight.copy_(base.roll(i, 0))
-            self.layers.append(layer)
 
-
-class CruncherOneDrawScaled(CruncherMultiDot):
-    """One draw, layer i gets it scaled by 1 + i/10: never equal, never rearranged, and still one draw."""
-
-    def __init__(self, dim, num_layers):
-        super().__init__(dim, 0)
-        base = torch.randn(dim, dim) / math.sqrt(dim)
-        for i in range(num_layers):
-            layer = Linear(dim, dim)
-            with torch.no_grad():
-                layer.weight.copy_(base * (1 + i / 10))
-            self.layers.append(layer)
+CruncherOneDrawRearranged = _cruncher_one_draw(lambda base, i: base.roll(i, 0), "its rows rolled by i")
+CruncherOneDrawScaled = _cruncher_one_draw(lambda base, i: base * (1 + i / 10), "scaled by 1 + i/10")
 
 
 class RunningMeanPythonCount(nn.Module):
