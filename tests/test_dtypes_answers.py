@@ -98,6 +98,14 @@ def round_that_prints(x):
     return out
 
 
+def round_with_float_tests(x):
+    """Float comparisons on x that are no search: x != x and |x| == inf pick the values kept as they are."""
+    bits = x.view(torch.int32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & MASK).view(torch.float32)
+    keep = (x != x) | (x.abs() == float("inf")) | torch.isinf(x) | ~torch.isfinite(x)
+    return torch.where(keep, x, rounded)
+
+
 def round_python_struct(x):
     """One value at a time in Python, integer operations on the bits from struct: right values, but not on
     x.view(torch.int32) as the exercise asks (issue 26: the check judges the method), so a wrong answer below."""
@@ -183,7 +191,7 @@ CORRECT = [
     ("smallest_subnormal", subnormal_by_formula),
     ("round_to_bf16", round_by_comparison), ("round_to_bf16", round_via_int64),
     ("round_to_bf16", round_sign_magnitude), ("round_to_bf16", round_into_preallocated),
-    ("round_to_bf16", round_that_prints),
+    ("round_to_bf16", round_that_prints), ("round_to_bf16", round_with_float_tests),
     ("sequential_sum", sequential_python_loop), ("sequential_sum", sequential_rounding_floats),
     ("sequential_sum", lambda v, d: functools.reduce(lambda a, b: a + b, v.to(d).unbind(), torch.zeros((), dtype=d))),
     # Python's builtin sum adds left to right (0 + v0 + v1 ...): sequential, and not torch's forbidden sum
@@ -550,11 +558,41 @@ def round_by_searching_midpoints(x):
     return torch.where(torch.isnan(x.reshape(bits.shape)), bits, out).view(torch.float32).reshape(x.shape)
 
 
+def round_by_counting_midpoints(x):
+    """|x| among the float32 midpoints between bfloat16 magnitudes (a table made with integer operations), its slot
+    counted from broadcast float comparisons, (x[..., None] > mids).sum(-1): a search, as searchsorted is."""
+    bits = x.contiguous().view(torch.int32)
+    mids = ((torch.arange(0x7F80, dtype=torch.int32) << 16) | 0x8000).view(torch.float32)
+    a = (bits & 0x7FFFFFFF).view(torch.float32)
+    below = (a[..., None] > mids).sum(-1)
+    tie = (a[..., None] == mids).any(-1)
+    k = below + (tie & ((below & 1) == 1)).to(torch.int64)
+    out = (k.to(torch.int32) << 16) | (bits & (-2**31))
+    return torch.where(torch.isnan(x.reshape(bits.shape)), bits, out).view(torch.float32).reshape(x.shape)
+
+
+def round_by_comparison_chains(x):
+    """The binade found by a chain of float comparisons with powers of two, then the slot within it by a chain of
+    float comparisons with its midpoints (made with integer operations): no table broadcast, 2,188 operators."""
+    bits = x.contiguous().view(torch.int32)
+    a = (bits & 0x7FFFFFFF).view(torch.float32)
+    e = torch.zeros_like(bits)
+    for k in range(1, 255):
+        e = torch.where(a >= 2.0 ** (k - 127), torch.full_like(bits, k), e)
+    j = torch.zeros_like(bits)
+    for m in range(128):
+        mid = ((e << 23) | (m << 16) | 0x8000).view(torch.float32)
+        j = torch.where((a > mid) | ((a == mid) & (m % 2 == 1)), torch.full_like(bits, m + 1), j)
+    out = ((e << 23) + (j << 16)) | (bits & (-2**31))
+    return torch.where(torch.isnan(x.reshape(bits.shape)), bits, out).view(torch.float32).reshape(x.shape)
+
+
 OUT_OF_SIGHT = [round_thread_blended, round_thread_written_in, round_pool_blended, round_numpy_blended,
                 round_numpy_written_in, round_python_blended, round_storage_copied_in, round_storage_swapped_in,
                 round_storage_bytes_written_in, round_in_a_forked_child, round_magic_by_index_put,
                 round_python_scalars, round_python_values_written_in, round_element_by_element,
-                round_by_float16_subnormals, round_by_searching_midpoints]
+                round_by_float16_subnormals, round_by_searching_midpoints, round_by_counting_midpoints,
+                round_by_comparison_chains]
 
 
 class _AlwaysClose(torch.Tensor):
@@ -741,6 +779,46 @@ def subnormal_by_numpy_spacing(dtype):
     return float(np.spacing(known[dtype](0))) if dtype in known else _subnormal_formula(dtype)
 
 
+_NUMPY_FLOATS = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16}
+
+
+def subnormal_by_umath_nextafter(dtype):
+    """NumPy's nextafter under its internal module's name (the same ufunc as numpy.nextafter)."""
+    f = _NUMPY_FLOATS.get(dtype)
+    return float(np._core.umath.nextafter(f(0), f(1))) if f else _subnormal_formula(dtype)
+
+
+def subnormal_by_core_umath_nextafter(dtype):
+    """The same through numpy.core, NumPy 1's name (NumPy 2 forwards it to numpy._core.umath, with a warning)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f = _NUMPY_FLOATS.get(dtype)
+        return float(np.core.umath.nextafter(f(0), f(1))) if f else _subnormal_formula(dtype)
+
+
+def subnormal_by_multiarray_umath_nextafter(dtype):
+    f = _NUMPY_FLOATS.get(dtype)
+    return float(np._core._multiarray_umath.nextafter(f(0), f(1))) if f else _subnormal_formula(dtype)
+
+
+def subnormal_by_umath_spacing(dtype):
+    f = _NUMPY_FLOATS.get(dtype)
+    return float(np._core.umath.spacing(f(0))) if f else _subnormal_formula(dtype)
+
+
+def subnormal_by_getlimits_finfo(dtype):
+    f = _NUMPY_FLOATS.get(dtype)
+    return float(np._core.getlimits.finfo(f).smallest_subnormal) if f else _subnormal_formula(dtype)
+
+
+def subnormal_by_variable_functions(dtype):
+    """torch.nextafter's C binding under the name torch keeps it by."""
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return _subnormal_formula(dtype)
+    return float(torch._C._VariableFunctions.nextafter(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)))
+
+
 def seq_by_numpy_accumulate(values, dtype):
     """NumPy's cumulative sum (float16 and float32 partial sums, each rounded); bfloat16, which NumPy lacks, by a
     loop."""
@@ -899,6 +977,17 @@ WRONG = [
     W("smallest_subnormal", subnormal_by_nextafter_in_place, "float32_and_float16",
       "not call torch.Tensor.nextafter_"),
     W("smallest_subnormal", subnormal_by_numpy_spacing, "float32_and_float16", "not call numpy.spacing"),
+    # NumPy's ufuncs and finfo under its internal modules' names, each forbidden too; torch's C binding by identity
+    W("smallest_subnormal", subnormal_by_umath_nextafter, "float32_and_float16",
+      "not call numpy._core.umath.nextafter"),
+    W("smallest_subnormal", subnormal_by_core_umath_nextafter, "float32_and_float16",
+      "not call numpy._core.umath.nextafter"),
+    W("smallest_subnormal", subnormal_by_multiarray_umath_nextafter, "float32_and_float16",
+      "not call numpy._core._multiarray_umath.nextafter"),
+    W("smallest_subnormal", subnormal_by_umath_spacing, "float32_and_float16", "not call numpy._core.umath.spacing"),
+    W("smallest_subnormal", subnormal_by_getlimits_finfo, "float32_and_float16",
+      "not call numpy._core.getlimits.finfo"),
+    W("smallest_subnormal", subnormal_by_variable_functions, "float32_and_float16", "not call torch.nextafter"),
     W("sequential_sum", seq_by_numpy_accumulate, "drifts_in_float16", "not call numpy.add.accumulate"),
     W("sequential_sum", seq_by_numpy_cumsum, "drifts_in_float16", "not call numpy.cumsum"),
     W("sequential_sum", lambda v, d: torch.ops.aten.cumsum.default(v.to(d), 0)[-1], "drifts_in_float16",
@@ -945,6 +1034,9 @@ WRONG = [
       "rounded with floating-point arithmetic (copy into float16"),
     W("round_to_bf16", round_by_searching_midpoints, "exact_values_stay",
       "rounded with floating-point arithmetic (searchsorted)"),
+    # the same search by comparisons: a broadcast against the table and a count, or chains over ranges
+    W("round_to_bf16", round_by_counting_midpoints, "exact_values_stay", "compares every value with a table"),
+    W("round_to_bf16", round_by_comparison_chains, "random_values", "compares every value with a table"),
     # library sums and GradScaler's kernel under their aten names
     W("sequential_sum", lambda v, d: torch.zeros(1, dtype=d).index_add_(0, torch.zeros(len(v), dtype=torch.long),
                                                                         v.to(d))[0],
@@ -973,7 +1065,7 @@ def test_each_wrong_answer_is_caught_by_its_check(wrong):
 
 SLOW = {round_python_frexp, round_python_struct, round_python_blended, round_storage_copied_in,
         round_storage_swapped_in, round_storage_bytes_written_in, round_python_scalars, round_python_values_written_in,
-        round_element_by_element}  # (the last two round the bit-identity test's 4,106 values one at a time)  # one value at a time in Python
+        round_element_by_element, round_by_counting_midpoints, round_by_comparison_chains}  # (the last two round the bit-identity test's 4,106 values one at a time)  # one value at a time in Python
 
 
 @pytest.mark.parametrize("answer", [round_by_frexp, round_frexp_blended, round_python_frexp, round_python_struct,
@@ -1001,10 +1093,11 @@ def test_the_other_methods_are_bit_identical(answer):
                                      ("smallest_subnormal", subnormal_by_math_ulp),
                                      ("smallest_subnormal", subnormal_by_aten_nextafter),
                                      ("smallest_subnormal", subnormal_by_numpy_spacing),
+                                     ("smallest_subnormal", subnormal_by_umath_nextafter),
                                      ("sequential_sum", seq_by_numpy_accumulate),
                                      ("update_loss_scale", scale_by_amp_op)],
                          ids=["nextafter", "numpy_finfo", "math_ulp", "aten_nextafter", "numpy_spacing",
-                              "numpy_accumulate", "amp_update_scale"])
+                              "umath_nextafter", "numpy_accumulate", "amp_update_scale"])
 def test_the_shortcuts_would_pass_without_the_forbid_list(monkeypatch, name, fn):
     """The forbidden calls really do the whole job (else forbidding them would prove nothing)."""
     passes_without_forbid(monkeypatch, "dtypes", name, fn)

@@ -2,22 +2,37 @@
 from __future__ import annotations
 
 import math
+import sys
+import types
 
 import torch
 
 from grader.expect import call, describe, expect, expect_tensor_like, expect_type, fail
-from grader.guard import UNSEEN, UNTRACED
+from grader.guard import UNSEEN, UNTRACED, resolve
 from grader.registry import exercise
 from grader.scenario import tracing
+
+
+def numpy_aliases(*dotted: str) -> tuple[str, ...]:
+    """Each name, then every other name NumPy's loaded modules give the same object (numpy.nextafter is also
+    numpy._core.umath.nextafter): the guard refuses a ufunc or a class by replacing the attributes it is told of."""
+    wanted = {id(obj): obj for obj in map(resolve, dotted) if obj is not None}
+    aliases = [f"{name}.{attr}" for name, module in sorted(sys.modules.items())
+               if (name == "numpy" or name.startswith("numpy.")) and isinstance(module, types.ModuleType)
+               for attr, value in sorted(vars(module).items()) if id(value) in wanted and wanted[id(value)] is value]
+    return tuple(dict.fromkeys((*dotted, *aliases)))
+
 
 # Each of these hands over the smallest subnormal (nextafter(0, 1), NumPy's finfo.smallest_subnormal, math.ulp(0.0)):
 # the exercise is to build it from torch.finfo's smallest normal and eps, or from the bits.
 # The aten operators (torch.ops.aten.nextafter, called directly) and the in-place method are the same function under
-# other names; numpy.spacing(0) is the smallest subnormal too.
+# other names; numpy.spacing(0) is the smallest subnormal too. torch's and math's are builtins, refused by identity
+# under any name; NumPy's ufuncs and finfo class only at the names given, so every alias NumPy has is listed
+# (numpy._core.umath.nextafter; NumPy 2's numpy.core.umath.nextafter looks that one up).
 SMALLEST_SUBNORMAL = exercise("dtypes.smallest_subnormal", points=1,
                               forbid=("torch.nextafter", "torch.Tensor.nextafter", "torch.Tensor.nextafter_",
-                                      "torch.ops.aten.nextafter", "torch.ops.aten.nextafter_", "numpy.nextafter",
-                                      "numpy.spacing", "numpy.finfo", "math.nextafter", "math.ulp"))
+                                      "torch.ops.aten.nextafter", "torch.ops.aten.nextafter_", "math.nextafter",
+                                      "math.ulp", *numpy_aliases("numpy.nextafter", "numpy.spacing", "numpy.finfo")))
 # torch.Tensor.bfloat16 is refused outright (a clear message); every other way of making a bfloat16 tensor
 # (.to(torch.bfloat16), .type(...), copy_ into one, aten ops...) is caught by the trace of the call, which records
 # the dtype of every tensor the student's function makes and where its result's values came from: integer bit
@@ -171,6 +186,25 @@ def expect_integer_method(lineage: set[str], what: str) -> None:
              "the bits themselves, with integer operations on the int32 view")
 
 
+# A search compares every value with a table of thresholds (a broadcast `x[..., None] >= table` then a count, or a
+# chain of comparisons over exponent ranges): either way the call makes a value per element and threshold, hundreds
+# or thousands per element of x (the trace's count of the elements its operators returned, views included), where
+# rounding the bits makes 13 to 18. Float comparisons that keep NaN or find inf make one per element; a table built
+# once, a fixed amount.
+_MADE_PER_VALUE = 100
+_MADE_FIXED = 2**13
+
+
+def expect_no_search(made: int, numel: int, what: str) -> None:
+    """The call made a few values per element of x (its trace's count), not one per threshold of a searched table."""
+    if made > _MADE_PER_VALUE * numel + _MADE_FIXED:
+        fail(f"{what} made {made:,} values to round {numel:,} ({made / max(numel, 1):,.0f} for each, where rounding "
+             "the bits makes about 20): it compares every value with a table of thresholds (a broadcast comparison "
+             "and a count, or a chain of comparisons over ranges), a search that rounds by comparing floats, like "
+             "searchsorted, or repeats work on the whole tensor for each element; round the bits themselves, with a "
+             "few integer operations on the whole x.view(torch.int32)")
+
+
 def expect_rounded(round_to_bf16, x: torch.Tensor, how: str) -> None:
     """Bit-identical to torch's conversion (x.to(torch.bfloat16).float()), except that a NaN only has to stay
     NaN; no bfloat16 tensor made on the way, and the rounding done on integer bits (the call's trace)."""
@@ -202,6 +236,7 @@ def expect_rounded_result(x: torch.Tensor, got, trace, what: str) -> None:
     expect("bfloat16" not in trace.dtypes, f"{what} made a bfloat16 tensor: do the rounding with integer operations "
                                            "on x.view(torch.int32), not with torch's own conversion")
     expect_integer_method(trace.lineage, what)
+    expect_no_search(trace.made, x.numel(), what)
 
 
 @ROUND_TO_BF16.check
@@ -258,19 +293,21 @@ def random_values(round_to_bf16):
 @ROUND_TO_BF16.check
 def whole_tensor_at_once(round_to_bf16):
     """works on the whole tensor at once: no more tensor operations for 4096 values than for 16"""
-    ran = {}
+    ran, calls = {}, []
     for n in (16, 4096):
         x = torch.randn(n) * 10.0 ** torch.randint(-30, 30, (n,)).float()
         x[:3] = _tensor([float("nan"), float("inf"), 0.0])
         what = f"round_to_bf16({n} values)"
         with tracing(lineage=True) as trace:
             got = call(round_to_bf16, x, what=what)
-        expect_rounded_result(x, got, trace, what)
+        calls.append((x, got, trace, what))
         ran[n] = sum(trace.ops.values())
     if ran[4096] > ran[16] + 32:  # a branch on the values may differ by a few; a loop differs by thousands
         fail(f"round_to_bf16 ran {ran[16]:,} tensor operations on 16 values and {ran[4096]:,} on 4096: it works on "
              "a few elements at a time (a loop over them, or values written in one by one); round every element "
              "with a few operations on the whole x.view(torch.int32)")
+    for x, got, trace, what in calls:  # after the count: a loop's views of x also make many values per element
+        expect_rounded_result(x, got, trace, what)
 
 
 # ---------------------------------------------------------------- sequential_sum and kahan_sum
