@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from grader import registry
 from grader.results import ERROR
 from grader.runner import run_exercise
 
@@ -63,6 +64,13 @@ def linear_grad_float64_printing(x, w, target):
     residual = x.double() @ w.double() - target.double()
     print("residual:", residual[0])
     return (x.double().T @ residual).to(w.dtype)
+
+
+def linear_grad_item_printing(x, w, target):
+    """Derived, printing the loss with .item() and a residual row with .tolist() on the way (Python numbers)."""
+    residual = x @ w - target
+    print(f"loss {0.5 * (residual ** 2).sum().item():.4f}, first residual row {residual[0].tolist()}")
+    return x.T @ residual
 
 
 def vjp_backward(f, x, v):
@@ -278,6 +286,7 @@ CORRECT = [
     ("linear_loss_grad", [linear_grad_addmm]), ("linear_loss_grad", [linear_grad_rows]),
     ("linear_loss_grad", [linear_grad_outer_broadcast]), ("linear_loss_grad", [linear_grad_columns]),
     ("linear_loss_grad", [linear_grad_entries]), ("linear_loss_grad", [linear_grad_float64_printing]),
+    ("linear_loss_grad", [linear_grad_item_printing]),
     ("vjp", [vjp_backward]), ("vjp", [vjp_grad]), ("vjp", [vjp_inputs]),
     ("jacobian", [jacobian_rows]), ("jacobian", [jacobian_eye]), ("jacobian", [jacobian_one_graph]),
     ("gradient_norm_penalty", [penalty_cat]), ("gradient_norm_penalty", [penalty_linalg]),
@@ -825,6 +834,71 @@ def linear_grad_caught(x, w, target):
         return x.T @ (x @ w - target)
 
 
+def _python_loss(xs, ws, ts):
+    """0.5 * ||x @ w - target||^2 in Python numbers."""
+    total = 0.0
+    for row, want in zip(xs, ts):
+        for j, t in enumerate(want):
+            r = sum(a * wk[j] for a, wk in zip(row, ws)) - t
+            total += 0.5 * r * r
+    return total
+
+
+def _python_nudged_losses(xs, ws, ts):
+    """For each weight, the Python loss with it nudged up by 1 and down by 1 (central differences, exact here)."""
+    for i in range(len(ws)):
+        for j in range(len(ws[0])):
+            up, down = [row[:] for row in ws], [row[:] for row in ws]
+            up[i][j] += 1.0
+            down[i][j] -= 1.0
+            yield i, j, _python_loss(xs, up, ts), _python_loss(xs, down, ts)
+
+
+def _python_differences(xs, ws, ts):
+    grad = [[0.0] * len(ws[0]) for _ in ws]
+    for i, j, up, down in _python_nudged_losses(xs, ws, ts):
+        grad[i][j] = (up - down) / 2
+    return grad
+
+
+def linear_grad_python_differences(x, w, target):
+    """Finite differences in Python numbers (.tolist()), the result rebuilt with torch.tensor: no operator traced."""
+    return torch.tensor(_python_differences(x.tolist(), w.tolist(), target.tolist()), dtype=x.dtype)
+
+
+def linear_grad_item_differences(x, w, target):
+    """The same, the numbers taken element by element with .item()."""
+    def numbers(t):
+        return [[t[i, j].item() for j in range(t.shape[1])] for i in range(t.shape[0])]
+    return torch.tensor(_python_differences(numbers(x), numbers(w), numbers(target)), dtype=x.dtype)
+
+
+def linear_grad_written_entries(x, w, target):
+    """The Python differences written entry by entry into torch.zeros: zeros and copies, no arithmetic traced."""
+    grad = _python_differences(x.tolist(), w.tolist(), target.tolist())
+    g = torch.zeros(w.shape, dtype=x.dtype)
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            g[i, j] = grad[i][j]
+    return g
+
+
+def linear_grad_lifted_differences(x, w, target):
+    """Python losses, each difference taken by torch on 0-dim tensors made from them, written into zeros_like(w):
+    arithmetic traced, but not on the arguments (0-dim tensors pass as Python scalars, w's mark as an allocation)."""
+    g = torch.zeros_like(w)
+    for i, j, up, down in _python_nudged_losses(x.tolist(), w.tolist(), target.tolist()):
+        g[i, j] = (torch.tensor(up, dtype=torch.float64) - torch.tensor(down, dtype=torch.float64)) / 2
+    return g
+
+
+def linear_grad_stacked_differences(x, w, target):
+    """The same differences of 0-dim tensors, stacked and reshaped to w's shape."""
+    entries = [(torch.tensor(up, dtype=torch.float64) - torch.tensor(down, dtype=torch.float64)) / 2
+               for _, _, up, down in _python_nudged_losses(x.tolist(), w.tolist(), target.tolist())]
+    return torch.stack(entries).reshape(w.shape).to(w.dtype)
+
+
 def jacobian_vmap(f, x):
     """torch.vmap over VJPs: one backward pass that stands for every row."""
     xr = x.detach().requires_grad_()
@@ -1027,6 +1101,10 @@ WRONG = [
     W("linear_loss_grad", linear_grad_by_nodes, "one_output", "built an autograd graph"),
     W("linear_loss_grad", linear_grad_forward_mode, "one_output", "not call torch.autograd.forward_ad.make_dual"),
     W("linear_loss_grad", linear_grad_caught, "one_output", "not call torch.autograd.grad"),
+    # finite differences in Python numbers, put back into a tensor: the result's lineage holds no traced arithmetic
+    W("linear_loss_grad", linear_grad_python_differences, "one_output", "computed its values outside torch"),
+    W("linear_loss_grad", linear_grad_item_differences, "one_output", "computed its values outside torch"),
+    W("linear_loss_grad", linear_grad_written_entries, "one_output", "computed its values outside torch"),
     # vjp: one that builds the Jacobian (row by row or batched) is told so
     W("vjp", vjp_full_jacobian, "fewer_and_more_outputs_one_pass", "never build the Jacobian"),
     W("vjp", vjp_batched_jacobian, "fewer_and_more_outputs_one_pass", "that builds the Jacobian"),
@@ -1208,25 +1286,42 @@ MEASURED = [  # the value checks pass all but the detours; about_one_matrix_prod
     W("linear_loss_grad", linear_grad_numpy_differences, "one_output", "not call torch.Tensor.numpy"),
     W("linear_loss_grad", linear_grad_dlpack, "one_output", "not call torch.Tensor.__dlpack__"),
     W("linear_loss_grad", linear_grad_differences_in_a_thread, "one_output", "not call _thread.start_new_thread"),
+    # Python losses differenced on 0-dim tensors: traced arithmetic, but target's mark never reaches the result
+    W("linear_loss_grad", linear_grad_lifted_differences, "computed_from_its_arguments", "not computed from target"),
+    W("linear_loss_grad", linear_grad_stacked_differences, "computed_from_its_arguments", "not computed from target"),
 ]
 
 
 @pytest.mark.parametrize("wrong", MEASURED, ids=ids(MEASURED))
 def test_a_gradient_measured_instead_of_derived_fails(wrong):
     """Caught by about_one_matrix_product_of_work (the values the call's operations produced, weighed against one
-    x.T @ r) or, for a detour that hides them, by the forbid list; the first three pass every value check."""
+    x.T @ r), by computed_from_its_arguments (the result's lineage lacks the mark put on target) or, for a detour
+    that hides them, by the forbid list; those caught by a hidden check pass every other check."""
     result = assert_caught("autograd", wrong)
-    if wrong.check == "about_one_matrix_product_of_work":
+    if wrong.check in ("about_one_matrix_product_of_work", "computed_from_its_arguments"):
         assert [c.name for c in result.checks if not c.passed] == [wrong.check], failures(result)
 
 
+def linear_grad_laundered_thread(x, w, target):
+    """The thread's result taken apart into 0-dim tensors (which a lineage lets pass, as it does Python scalars),
+    stacked, and tied to target by adding zero: its lineage looks computed from the arguments."""
+    grad = linear_grad_differences_in_a_thread(x, w, target)
+    return torch.stack([torch.stack(row.unbind()) for row in grad.unbind()]) + 0 * target.sum()
+
+
 def test_differences_in_a_thread_pass_every_check_unless_threads_are_refused(monkeypatch):
-    """The thread hides the finite differences from the weighing of the work (about_one_matrix_product_of_work):
-    only refusing to start it stops this answer."""
+    """The thread hides the finite differences from the weighing of the work (about_one_matrix_product_of_work). The
+    result it hands back has no traced history (expect_computed catches that), but laundered through 0-dim tensors it
+    passes every check: only refusing to start the thread stops it."""
     from grader.guard import UNTRACED
     from tests.answers import passes_without_forbid
 
-    passes_without_forbid(monkeypatch, "autograd", "linear_loss_grad", linear_grad_differences_in_a_thread,
+    ex = registry.load(hidden=True).get("autograd.linear_loss_grad")
+    monkeypatch.setattr(ex, "forbid", tuple(name for name in ex.forbid if name not in UNTRACED))
+    assert_caught("autograd", W("linear_loss_grad", linear_grad_differences_in_a_thread, "one_output",
+                                "computed its values outside torch"))
+    monkeypatch.undo()
+    passes_without_forbid(monkeypatch, "autograd", "linear_loss_grad", linear_grad_laundered_thread,
                           dropping=lambda name: name in UNTRACED)
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from grader.expect import (OWN_COUNTER, CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
                            expect_int, expect_tensor, expect_tensor_like, factor_hint, fail)
-from grader.guard import UNTRACED
+from grader.guard import UNSEEN, UNTRACED
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -46,8 +46,10 @@ FUNCTIONAL = ("torch.autograd.functional.vjp", "torch.autograd.functional.jacobi
 # route reached the engine (a Node called by hand included). Nor is it finite differences (the loss at nudged
 # weights): a hidden check weighs the values the call's tensor operations produce, which work out of the trace's sight
 # would hide (NumPy, directly or through DLPack; another thread or process: guard.UNTRACED), so that is refused too.
-# Python numbers (tolist, item) stay allowed: printing a tensor takes them. vjp and jacobian are judged by their
-# traces too (the argument written, the backward passes counted): the same routes out of sight are refused.
+# Python numbers (tolist, item) stay allowed, since printing a tensor takes them, but the result's values must come
+# from the call's traced tensor operations (expect_computed; a hidden check marks target, whose mark they must carry).
+# vjp and jacobian are judged by their traces too (the argument written, the backward passes counted): the same routes
+# out of sight are refused.
 LINEAR_LOSS_GRAD = exercise("autograd.linear_loss_grad", points=2,
                             forbid=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
                                     "torch.autograd.Variable._execution_engine.run_backward",
@@ -78,20 +80,59 @@ def _tolerance(dtype: torch.dtype) -> dict:
 
 # ---------------------------------------------------------------- linear_loss_grad
 
+# Operators that make, copy, move or select values without computing any (the names a lineage holds, without
+# "aten." and in-place marks). A gradient worked out in Python numbers (.tolist(), .item()) and put back into a
+# tensor (torch.tensor, g[i, j] = value, torch.stack of 0-dim tensors) reaches the result through these alone.
+_MOVES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+          "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero", "scalar_tensor", "eye",
+          "lift_fresh", "lift_fresh_copy", "clone", "copy", "to_copy", "contiguous", "view", "unsafe_view", "reshape",
+          "reshape_alias", "alias", "detach", "expand", "as_strided", "t", "transpose", "permute", "squeeze",
+          "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "unbind", "split", "split_with_sizes",
+          "chunk", "index", "index_select", "gather", "take", "masked_select", "cat", "stack", "flip", "roll", "repeat",
+          "resize", "where", "masked_fill", "masked_scatter", "scatter", "index_put", "index_put_impl", "index_copy",
+          "index_fill", "set"}
+
+
+def _operator(entry: str) -> tuple[str, str]:
+    """'aten.copy_:float32' -> ('copy', 'float32'): a lineage entry's operator without namespace or in-place marks."""
+    op, _, dtype = entry.rpartition(":")
+    return op.removeprefix("aten.").strip("_"), dtype
+
+
+def expect_computed(lineage: set[str], what: str) -> None:
+    """The gradient's values came from tensor operations the trace saw (its lineage), not from Python numbers or
+    NumPy put into a tensor: work out of the trace's sight is unmeasured, so finite differences could hide there."""
+    ops = [_operator(e) for e in sorted(lineage)]
+    unseen = sorted({dtype for op, dtype in ops if op == UNSEEN})
+    if unseen:
+        fail(f"{what}: the result's values include {' and '.join(unseen)} values that no traced torch operation made "
+             "during the call: a tensor built from Python numbers or NumPy (torch.tensor(...), torch.from_numpy), or "
+             "one made before the call. Derive dL/dw by the chain rule and compute it from x, w and target with "
+             "torch's tensor operations, inside the function")
+    if not any(op != UNSEEN and op not in _MOVES for op, _ in ops):
+        came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in sorted(lineage)[:6])} only"
+                if lineage else "no tensor operation made its values")
+        fail(f"{what} computed its values outside torch ({came}): numbers taken out with .tolist() or .item() and "
+             "put back into a tensor (torch.tensor(...), g[i, j] = value). Derive dL/dw by the chain rule and compute "
+             "it from x, w and target with torch's tensor operations (matrix products)")
+
+
 def expect_linear_grad(linear_loss_grad, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, how: str):
-    """linear_loss_grad(x, w, target) equals autograd's gradient, computed here (float64 for the reference), and
-    the call used no autograd: no backward pass, no graph recorded (its trace, taken where the code ran, returned)."""
+    """linear_loss_grad(x, w, target) equals autograd's gradient, computed here (float64 for the reference), the
+    call used no autograd (no backward pass, no graph recorded) and its tensor operations computed the values (its
+    trace, taken where the code ran, returned)."""
     wr = w.detach().double().requires_grad_()
     loss = 0.5 * ((x.detach().double() @ wr - target.detach().double()) ** 2).sum()
     (want,) = _grad(loss, wr)
     what = f"linear_loss_grad({how})"
-    with tracing() as trace:
+    with tracing(lineage=True) as trace:
         got = call(linear_loss_grad, x, w, target, what=what)
     expect(trace.backward_passes == 0, f"{what} ran {trace.backward_passes} backward pass(es) through autograd's "
                                        "engine: derive the gradient by hand and compute it with matrix operations")
     expect(trace.graph_ops == 0, f"{what} built an autograd graph ({trace.graph_ops} operations on tensors that "
                                  "require grad): derive the gradient by hand; the inputs need no requires_grad")
     expect_tensor(got, want.to(w.dtype), what, **_tolerance(w.dtype))
+    expect_computed(trace.lineage, what)
     return trace
 
 

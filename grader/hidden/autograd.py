@@ -9,11 +9,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from grader.exercises.autograd import (ACCUMULATE_STEP, GRADIENT_NORM_PENALTY, JACOBIAN, LINEAR_LOSS_GRAD,
                                        PENALTY_STEP_FLOPS, SILU, VJP, at_sizes_no_tensor_can_hold, batches,
-                                       expect_accumulate, expect_jacobian, expect_linear_grad, expect_made_of_vjps,
-                                       expect_no_trace, expect_one_backward, expect_penalty, expect_penalty_flops,
-                                       expect_silu, expect_vjp)
-from grader.expect import expect
+                                       expect_accumulate, expect_computed, expect_jacobian, expect_linear_grad,
+                                       expect_made_of_vjps, expect_no_trace, expect_one_backward, expect_penalty,
+                                       expect_penalty_flops, expect_silu, expect_vjp)
+from grader.expect import expect, expect_tensor, fail
 from grader.inputs import layouts, randint
+from grader.scenario import run_scenario, tracing
+from grader.scenarios import autograd as scenarios
 
 # torch's own counter and what the real step is made of, bound at import (the oracle for penalty_step_flops).
 _Counter, _grad, _mse_loss = FlopCounterMode, torch.autograd.grad, F.mse_loss
@@ -50,6 +52,24 @@ def about_one_matrix_product_of_work(linear_loss_grad):
                             f"{allowed / unit:.0f} times: the loss evaluated at nudged weights (finite differences), "
                             "or a forward pass per weight. Derive dL/dw by the chain rule and compute it once, with "
                             "matrix operations")
+
+
+@LINEAR_LOSS_GRAD.hidden
+def computed_from_its_arguments(linear_loss_grad):
+    """the gradient's values are computed from x, w and target by torch operations, not from Python numbers"""
+    b, d_in, d_out = randint(3, 8), randint(2, 6), randint(2, 4)
+    x, w, t = torch.randn(b, d_in), torch.randn(d_in, d_out), torch.randn(b, d_out)
+    want = (x.double().T @ (x.double() @ w.double() - t.double())).float()
+    what = f"linear_loss_grad(x ({b}, {d_in}), w ({d_in}, {d_out}), target ({b}, {d_out}))"
+    with tracing(lineage=True) as trace:
+        got = run_scenario(scenarios.linear_grad_marked, linear_loss_grad, x.clone(), w.clone(), t.clone())
+    expect_tensor(got, want, what, rtol=1e-5, atol=1e-5)
+    expect_computed(trace.lineage, what)
+    if scenarios.LINEAR_MARK not in trace.lineage:
+        came = ", ".join(e.removeprefix("aten.") for e in sorted(trace.lineage)[:6]) or "no tensor operation"
+        fail(f"{what}: the result's values were not computed from target (and x and w) by torch operations (they "
+             f"came from {came}): numbers computed in Python (.tolist(), .item()) and put back into tensors do not "
+             "count. Derive dL/dw by the chain rule and compute it from x, w and target with torch's tensor operations")
 
 
 @VJP.hidden

@@ -33,6 +33,7 @@ _functorch = getattr(torch._C, "_functorch", None)
 _is_batched = getattr(_functorch, "is_batchedtensor", lambda t: False)
 _is_legacy_batched = getattr(_functorch, "is_legacy_batchedtensor", lambda t: False)
 _full_like = torch.full_like
+_resize, _size = torch.Tensor.resize_, torch.Tensor.size
 _stack, _outer, _tanh, _linspace = torch.stack, torch.outer, torch.tanh, torch.linspace
 _LOSSES = {"mse": F.mse_loss, "cross_entropy": F.cross_entropy}
 _OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
@@ -141,6 +142,21 @@ def jacobian_report(jacobian, name, x):
               "x_requires_grad": bool(x_in.requires_grad)}
     del f, out, x_in
     return report
+
+
+# ---------------------------------------------------------------- linear_loss_grad
+
+# The lineage entry the mark below leaves on a float32 target (the check looks for it in the result's lineage).
+LINEAR_MARK = "aten.resize_:float32"
+
+
+def linear_grad_marked(linear_loss_grad, x, w, target):
+    """linear_loss_grad(x, w, target) after marking target: an in-place resize to its own size changes nothing (it
+    returns at once), but a result computed from target by torch operations has it in its lineage, and one rebuilt
+    from Python numbers does not. Only target: every gradient reads it, and none is allocated from it (zeros_like(w)
+    would carry w's mark into a tensor whose values Python wrote)."""
+    _resize(target, _size(target))
+    return linear_loss_grad(x, w, target)
 
 
 # ---------------------------------------------------------------- SiLU
