@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 from torch.utils.checkpoint import checkpoint_sequential as library_checkpoint_sequential  # bound before any check
+from torch.cuda import get_rng_state_all as cuda_states, set_rng_state_all as set_cuda_states  # imported names
 
 from grader.results import ERROR
 from grader.runner import run_exercise
@@ -68,9 +69,11 @@ def _np_state_to_list():
 
 
 def save_checkpoint_flat(model, optimizer, iteration, path):
-    torch.save({"iteration": iteration, "model_state": model.state_dict(), "optim_state": optimizer.state_dict(),
-                "torch_rng": torch.get_rng_state(), "numpy_rng": _np_state_to_list(),
-                "python_rng": random.getstate()}, path)
+    ckpt = {"iteration": iteration, "model_state": model.state_dict(), "optim_state": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(), "numpy_rng": _np_state_to_list(), "python_rng": random.getstate()}
+    if torch.cuda.is_available():
+        ckpt["cuda_rng"] = torch.cuda.get_rng_state_all()
+    torch.save(ckpt, path)
 
 
 def load_checkpoint_flat(path, model, optimizer):
@@ -81,6 +84,8 @@ def load_checkpoint_flat(path, model, optimizer):
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     random.setstate(ckpt["python_rng"])
     torch.set_rng_state(ckpt["torch_rng"])
+    if "cuda_rng" in ckpt and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
     return ckpt["iteration"]
 
 
@@ -88,7 +93,7 @@ def save_checkpoint_atomic(model, optimizer, iteration, path):
     """Writes through a temporary file next to path (crash-safe), with the RNGs in a list."""
     state = np.random.get_state()
     rngs = [torch.random.get_rng_state(), (state[0], torch.tensor(state[1].astype(np.int64)), *state[2:]),
-            random.getstate()]
+            random.getstate(), [torch.cuda.get_rng_state(f"cuda:{i}") for i in range(torch.cuda.device_count())]]
     tmp = str(path) + ".partial"
     with open(tmp, "wb") as f:
         torch.save({"m": model.state_dict(), "o": optimizer.state_dict(), "it": int(iteration), "rngs": rngs}, f)
@@ -100,10 +105,12 @@ def save_checkpoint_atomic(model, optimizer, iteration, path):
 def load_checkpoint_atomic(path, model, optimizer):
     with open(path, "rb") as f:
         ckpt = torch.load(f, weights_only=True, map_location="cpu")
-    torch_state, (name, keys, *rest), py_state = ckpt["rngs"]
+    torch_state, (name, keys, *rest), py_state, cuda = ckpt["rngs"]
     model.load_state_dict(ckpt["m"])
     optimizer.load_state_dict(ckpt["o"])
     torch.random.set_rng_state(torch_state)
+    for i, cuda_state in enumerate(cuda):
+        torch.cuda.set_rng_state(cuda_state, i)
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
     random.setstate(py_state)
     return ckpt["it"]
@@ -111,10 +118,11 @@ def load_checkpoint_atomic(path, model, optimizer):
 
 def save_checkpoint_packed(model, optimizer, iteration, path):
     """Other layouts: a list; the model's tensors without names; torch's state as a list of ints, numpy's keys as
-    an int32 view, random's state as JSON text."""
+    an int32 view, random's state as JSON text, the GPUs' (torch.cuda.random's functions) as lists of ints."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
     rng = {"torch": torch.get_rng_state().tolist(), "np": [name, torch.from_numpy(keys.view(np.int32)), pos, has_gauss,
-                                                          cached], "py": json.dumps(random.getstate())}
+                                                          cached], "py": json.dumps(random.getstate()),
+           "cuda": [s.tolist() for s in torch.cuda.random.get_rng_state_all()]}
     torch.save([int(iteration), list(model.state_dict().values()), optimizer.state_dict(), rng], path)
 
 
@@ -127,14 +135,18 @@ def load_checkpoint_packed(path, model, optimizer):
     np.random.set_state((name, keys.numpy().view(np.uint32), pos, has_gauss, cached))
     version, words, gauss = json.loads(rng["py"])
     random.setstate((version, tuple(words), gauss))
+    if rng["cuda"]:
+        torch.cuda.random.set_rng_state_all(torch.tensor(rng["cuda"], dtype=torch.uint8))
     return iteration
 
 
 def save_checkpoint_bytes(model, optimizer, iteration, path):
-    """The generators' states as bytes (weights_only=True reads bytes): torch's raw, numpy's and random's pickled."""
+    """The generators' states as bytes (weights_only=True reads bytes): torch's and each GPU's raw (the GPUs' read by
+    names imported from torch.cuda), numpy's and random's pickled."""
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": iteration,
                 "torch_rng": bytes(torch.get_rng_state().numpy()), "numpy_rng": pickle.dumps(np.random.get_state()),
-                "python_rng": pickle.dumps(random.getstate())}, path)
+                "python_rng": pickle.dumps(random.getstate()), "cuda_rng": [bytes(s.numpy()) for s in cuda_states()]},
+               path)
 
 
 def load_checkpoint_bytes(path, model, optimizer):
@@ -144,6 +156,7 @@ def load_checkpoint_bytes(path, model, optimizer):
     torch.set_rng_state(torch.frombuffer(bytearray(ckpt["torch_rng"]), dtype=torch.uint8))
     np.random.set_state(pickle.loads(ckpt["numpy_rng"]))
     random.setstate(pickle.loads(ckpt["python_rng"]))
+    set_cuda_states([torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in ckpt["cuda_rng"]])
     return ckpt["step"]
 
 
@@ -484,7 +497,9 @@ class AdaGradClosureNoGrad(torch.optim.Optimizer):
 
 # ---------------------------------------------------------------- plausible but wrong: checkpoints
 
-def _saver(rngs=("torch", "numpy", "random"), optimizer=True, shift=0, iteration_as_tensor=False, raw_numpy=False):
+def _saver(rngs=("torch", "numpy", "random"), optimizer=True, shift=0, iteration_as_tensor=False, raw_numpy=False,
+           cuda=""):
+    """cuda "all": every GPU's generator state saved where CUDA is available; "current": the current GPU's only."""
     def save_checkpoint(model, opt, iteration, path):
         ckpt = {"model": model.state_dict(), "iteration": iteration + shift}
         if iteration_as_tensor:
@@ -497,6 +512,8 @@ def _saver(rngs=("torch", "numpy", "random"), optimizer=True, shift=0, iteration
             ckpt["numpy"] = np.random.get_state() if raw_numpy else _np_state_to_list()
         if "random" in rngs:
             ckpt["random"] = random.getstate()
+        if cuda and torch.cuda.is_available():
+            ckpt["cuda"] = torch.cuda.get_rng_state_all() if cuda == "all" else torch.cuda.get_rng_state()
         torch.save(ckpt, path)
     return save_checkpoint
 
@@ -513,6 +530,8 @@ def _loader(path, model, opt):
         np.random.set_state(s if isinstance(s, tuple) else (s[0], np.array(s[1], dtype=np.uint32), *s[2:]))
     if "random" in ckpt:
         random.setstate(ckpt["random"])
+    if "cuda" in ckpt:
+        (torch.cuda.set_rng_state_all if isinstance(ckpt["cuda"], list) else torch.cuda.set_rng_state)(ckpt["cuda"])
     return ckpt["iteration"]
 
 
@@ -617,6 +636,18 @@ def _save_also_in_memory(model, opt, iteration, path):
     """A complete file, and a copy of everything kept in memory under its path, which the loader takes instead."""
     _keep(model, opt, path)
     _saver()(model, opt, iteration, path)
+
+
+def _save_cuda_in_memory(model, opt, iteration, path):
+    """Every state in the file but the GPUs' generators, kept in memory (the last save's)."""
+    _KEPT["cuda"] = torch.cuda.get_rng_state_all()
+    _saver()(model, opt, iteration, path)
+
+
+def _load_cuda_in_memory(path, model, opt):
+    iteration = _loader(path, model, opt)
+    torch.cuda.set_rng_state_all(_KEPT["cuda"])
+    return iteration
 
 
 # ---------------------------------------------------------------- plausible but wrong: files
@@ -1219,6 +1250,12 @@ WRONG = [
       "torch's RNG state, as it was at the save, is nowhere"),  # the generators' states kept in memory
     W("save_checkpoint", (_save_also_in_memory, _load_in_memory), "resumes_bit_identically",
       "moved to another folder"),  # loads what memory kept under the path, not the file
+    W("save_checkpoint", (_saver(), _loader), "cuda_generators_restored",
+      "the checkpoint must hold the CUDA generators' states"),  # torch's CPU generator only: a GPU's dropout differs
+    W("save_checkpoint", (_saver(cuda="current"), _loader), "cuda_generators_restored",
+      "only the current GPU's was restored"),  # torch.cuda.get_rng_state(): device 0 alone
+    W("save_checkpoint", (_save_cuda_in_memory, _load_cuda_in_memory), "cuda_generators_restored",
+      "GPU 0's CUDA RNG state, as it was at the save, is nowhere"),  # the GPUs' states kept in memory
     # atomic_save
     W("atomic_save", atomic_in_place, "crash_keeps_the_old_file", "writing into path itself"),
     W("atomic_save", atomic_no_cleanup, "crash_keeps_the_old_file", "remove the temporary file"),

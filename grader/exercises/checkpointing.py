@@ -263,10 +263,11 @@ EVERYTHING = ("save and restore the model's and the optimizer's state_dict, and 
 
 
 def run_resume(save_checkpoint, load_checkpoint, spec: list, optimizer: str, sources: tuple[str, ...], n: int, m: int,
-               seed: int, early_save: int | None = None) -> dict:
+               seed: int, early_save: int | None = None, gpus: int = 0) -> dict:
+    """The resume scenario; with `gpus`, save and load run on that many simulated GPUs (their generators too)."""
     x0, y0 = torch.randn(8, 4), torch.randn(8, 2)
     return run_scenario(scenarios.resume_run, save_checkpoint, load_checkpoint, spec, optimizer, x0, y0,
-                        list(sources), n, m, seed, early_save)
+                        list(sources), n, m, seed, early_save, gpus)
 
 
 def describe_training(spec: list, optimizer: str, sources: tuple[str, ...], n: int, m: int) -> str:
@@ -378,11 +379,39 @@ def expect_file_holds_the_states(out: dict) -> None:
     wanted += [("torch's RNG state", "torch.get_rng_state()", at["torch"]),
                ("numpy's RNG state", "np.random.get_state() (its array as a tensor or a list)", at["numpy"]),
                ("random's state", "random.getstate()", at["random"])]
+    wanted += [(f"GPU {i}'s CUDA RNG state", "torch.cuda.get_rng_state_all()", t) for i, t in enumerate(at["cuda"])]
     for what, call, state in wanted:
         if not any(e in blob for e in _encodings(state) for blob in in_file):
             fail(f"torch.load(path, weights_only=True) reads a checkpoint in which {what}, as it was at the save, "
                  f"is nowhere (in no tensor, list or string of the file): write {call} into the file itself; a run "
                  "resumed after a crash or on another machine has only the file")
+
+
+@SAVE_CHECKPOINT.check
+def cuda_generators_restored(save_checkpoint, load_checkpoint):
+    """on a machine with 2 GPUs (simulated), each GPU's generator state is saved in the file and restored too"""
+    sources = ("torch", "numpy", "random")
+    out = run_resume(save_checkpoint, load_checkpoint, DROPOUT_MLP, "adam", sources, 2, 2, 4, gpus=2)
+    expect_resumed(out, DROPOUT_MLP, "adam", sources, 2, 2, EVERYTHING)
+    expect_cuda_generators_restored(out, 2)
+    expect_file_holds_the_states(out)
+
+
+def expect_cuda_generators_restored(out: dict, gpus: int) -> None:
+    """After load_checkpoint, every simulated GPU's generator is back at its state at the save: dropout on a GPU
+    draws from those, not from torch.get_rng_state()'s."""
+    wrong = [i for i, (got, want) in enumerate(zip(out["cuda_after_load"], out["at_save"]["cuda"]))
+             if not bit_equal(got, want)]
+    if not wrong:
+        return
+    what = (f"on a machine with CUDA ({gpus} GPUs, simulated), load_checkpoint left the CUDA generator of "
+            f"GPU{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} unlike it was at the save")
+    if 0 not in wrong:
+        fail(f"{what}: only the current GPU's was restored. Save and restore every GPU's: "
+             "torch.cuda.get_rng_state_all() / torch.cuda.set_rng_state_all()")
+    fail(f"{what}. When torch.cuda.is_available() (ask it inside the functions), the checkpoint must hold the CUDA "
+         "generators' states, torch.cuda.get_rng_state_all(), and load_checkpoint restore them with "
+         "torch.cuda.set_rng_state_all(): dropout on a GPU draws from them, not from torch's CPU generator")
 
 
 # ---------------------------------------------------------------- atomic_save

@@ -9,10 +9,11 @@ from grader.exercises.checkpointing import (ADAGRAD, ATOMIC_SAVE, CHECKPOINT_INT
                                             DROPOUT_MLP, EVERYTHING, LOAD_MATCHING, NEW_HEAD, PLAIN_MLP, PRETRAINED,
                                             SAFE_LOAD, SAVE_CHECKPOINT, _grads, expect_adagrad, expect_adagrad_resume,
                                             expect_adagrad_state_dict, expect_atomic, expect_checkpointed,
-                                            expect_in_place, expect_interval, expect_loads, expect_matching,
-                                            expect_one_loadable_file, expect_published_by_rename, expect_refuses,
-                                            expect_resumed, interval_of, optimizer_state_like, payload, run_atomic,
-                                            run_resume, tanh_blocks, trained_state)
+                                            expect_cuda_generators_restored, expect_in_place, expect_interval,
+                                            expect_loads, expect_matching, expect_one_loadable_file,
+                                            expect_published_by_rename, expect_refuses, expect_resumed, interval_of,
+                                            optimizer_state_like, payload, run_atomic, run_resume, tanh_blocks,
+                                            trained_state)
 from grader.expect import expect_raises
 from grader.inputs import randint, random_shape
 
@@ -121,6 +122,17 @@ def plain_model_sgd(save_checkpoint, load_checkpoint):
     sources = ("numpy", "random")
     out = run_resume(save_checkpoint, load_checkpoint, PLAIN_MLP, "sgd_momentum", sources, 3, 4, 14)
     expect_resumed(out, PLAIN_MLP, "sgd_momentum", sources, 3, 4, EVERYTHING)
+
+
+@SAVE_CHECKPOINT.hidden
+def three_gpus_and_a_second_save(save_checkpoint, load_checkpoint):
+    """three simulated GPUs, saves after 1 and after 3 steps to one path: the second save's GPU states come back"""
+    sources = ("torch", "numpy", "random")
+    out = run_resume(save_checkpoint, load_checkpoint, BATCHNORM_MLP, "sgd_momentum", sources, 3, 2, 15, early_save=1,
+                     gpus=3)
+    expect_resumed(out, BATCHNORM_MLP, "sgd_momentum", sources, 3, 2, EVERYTHING)
+    expect_cuda_generators_restored(out, 3)
+    expect_one_loadable_file(out)
 
 
 # ---------------------------------------------------------------- atomic_save

@@ -21,6 +21,10 @@ state as tensors, folder listings as names, file contents as bytes, exceptions a
 * numpy's and random's global states are put back as they were found; torch's is restored by the caller.
 * What a checkpoint file holds is handed back flat, whatever its layout: its tensors, its lists of numbers (as
   tensors), the integers written in its strings and its bytes, with the states it should hold taken at the save.
+* A machine with GPUs is simulated for save_checkpoint and load_checkpoint (`gpus`): torch.cuda.is_available() is
+  True and every function of torch.cuda.random (also under torch.cuda, torch.cuda.default_generators, and the names
+  the student imported them by) reads and writes one 16-byte state per simulated device, which the scenario changes
+  between the save and the load and reads after the load. It reuses chapter 09's patching (gpu._machine).
 """
 import collections
 import contextlib
@@ -67,6 +71,9 @@ _replace = os.replace
 _find_integers = re.compile(r"-?\d+").findall
 _tensor, _int64, _float64 = torch.tensor, torch.int64, torch.float64
 _get_rng_state = torch.get_rng_state
+_Generator, _randint, _uint8, _device = torch.Generator, torch.randint, torch.uint8, torch.device
+_cuda, _cuda_random = torch.cuda, torch.cuda.random
+_CUDA_STATE_BYTES = 16  # a CUDA (Philox) generator's state: its seed and its offset, 8 bytes each
 _Path = pathlib.Path
 _fsync, _fdatasync = os.fsync, getattr(os, "fdatasync", None)
 _fstat, _stat = os.fstat, os.stat
@@ -389,24 +396,127 @@ def _file_leaves(x, out, depth=0):
     return out
 
 
-def _states(model, opt):
-    """The states a checkpoint taken now must hold: the model's tensors, the optimizer's, and the RNGs'."""
+def _states(model, opt, gpus=()):
+    """The states a checkpoint taken now must hold: the model's tensors, the optimizer's, and the RNGs' (the
+    simulated GPUs' too)."""
     optimizer = {}
     for index, state in opt.state_dict()["state"].items():
         for key, value in state.items():
             if isinstance(value, _Tensor):
                 optimizer[f"state[{index}][{key!r}]"] = _clone(value)
     return {"model": _values(model), "optimizer": optimizer, "torch": _get_rng_state(),
-            "numpy": _from_numpy(_np_get_state()[1].copy()), "random": _tensor(_py_getstate()[1][:624], dtype=_int64)}
+            "numpy": _from_numpy(_np_get_state()[1].copy()), "random": _tensor(_py_getstate()[1][:624], dtype=_int64),
+            "cuda": [g.get_state() for g in gpus]}
+
+
+# ---------------------------------------------------------------- simulated CUDA generators
+
+def _random_states(count, seed):
+    """`count` CUDA generator states drawn from `seed` by a generator of their own (the global ones untouched)."""
+    g = _Generator().manual_seed(seed)
+    return [_randint(0, 256, (_CUDA_STATE_BYTES,), dtype=_uint8, generator=g) for _ in range(count)]
+
+
+class _SimulatedGenerator:
+    """A simulated GPU's default generator: a state of 16 bytes, read and written as torch.Generator's is."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def get_state(self):
+        return self.state.clone()
+
+    def set_state(self, new_state):
+        if not isinstance(new_state, _Tensor):
+            raise TypeError(f"a CUDA RNG state is a torch.ByteTensor, not a {type(new_state).__name__}")
+        if new_state.dtype != _uint8:
+            raise RuntimeError("RNG state must be a torch.ByteTensor")
+        if new_state.numel() != _CUDA_STATE_BYTES:
+            raise RuntimeError("RNG state is wrong size")
+        self.state = new_state.detach().to(_cpu).reshape(-1).clone()
+
+    def manual_seed(self, seed):
+        seed = int(seed) % 2**64
+        self.state = _tensor([(seed >> (8 * i)) & 255 for i in range(8)] + [0] * 8, dtype=_uint8)
+        return self
+
+    def initial_seed(self):
+        return sum(int(b) << (8 * i) for i, b in enumerate(self.state[:8].tolist()))
+
+    def seed(self):
+        """A new seed, as torch's draws one; here from the current one, so that a scenario stays reproducible."""
+        self.manual_seed(self.initial_seed() * 6364136223846793005 + 1442695040888963407)
+        return self.initial_seed()
+
+
+def _cuda_rng_changes(gpus):
+    """What makes torch.cuda a machine whose GPUs' default generators are `gpus` (device 0 current): the functions
+    of torch.cuda.random, under torch.cuda too, on the simulated generators; default_generators; the device count."""
+
+    def index(device="cuda"):
+        if not isinstance(device, int):
+            device = _device(device)
+            if device.type != "cuda":
+                raise ValueError(f"Expected a cuda device, but got: {device}")
+            device = 0 if device.index is None else device.index
+        if not 0 <= device < len(gpus):
+            raise RuntimeError("CUDA error: invalid device ordinal")
+        return device
+
+    def get_rng_state(device="cuda"):
+        return gpus[index(device)].get_state()
+
+    def set_rng_state(new_state, device="cuda"):
+        gpus[index(device)].set_state(new_state)
+
+    def set_rng_state_all(new_states):
+        for i, state in enumerate(new_states):
+            set_rng_state(state, i)
+
+    def manual_seed(seed):
+        gpus[0].manual_seed(seed)
+
+    def manual_seed_all(seed):
+        for g in gpus:
+            g.manual_seed(seed)
+
+    def seed():
+        gpus[0].seed()
+
+    def seed_all():
+        manual_seed_all(gpus[0].seed())
+
+    functions = {"get_rng_state": get_rng_state, "get_rng_state_all": lambda: [g.get_state() for g in gpus],
+                 "set_rng_state": set_rng_state, "set_rng_state_all": set_rng_state_all, "manual_seed": manual_seed,
+                 "manual_seed_all": manual_seed_all, "seed": seed, "seed_all": seed_all,
+                 "initial_seed": lambda: gpus[0].initial_seed()}
+    changes = [(module, name, fn) for module in (_cuda, _cuda_random) for name, fn in functions.items()
+               if hasattr(module, name)]
+    changes += [(_cuda, "default_generators", tuple(gpus)), (_cuda, "current_device", lambda: 0),
+                (_cuda, "is_initialized", lambda: True)]
+    return changes
+
+
+@contextlib.contextmanager
+def _on_gpus(gpus, reached):
+    """Inside the block, `reached` (the student's functions) run on a machine with the simulated GPUs `gpus`; with
+    none, on this one as it is."""
+    if not gpus:
+        yield
+        return
+    from . import gpu  # chapter 09's scenarios, installed after this module in a grading kernel: taken when used
+    with gpu._machine(gpu._counting_gpus(len(gpus)) + _cuda_rng_changes(gpus), reached):
+        yield
 
 
 def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, sources, n_steps, m_steps, seed,
-               early_save=None):
+               early_save=None, gpus=0):
     """n_steps + m_steps of training without a break, then the same training interrupted: n_steps, save_checkpoint
     (after an earlier save to the same path at step `early_save`, if given), RNGs disturbed, a fresh model (other
     weights) and optimizer, load_checkpoint of the file moved to another folder (as a copy elsewhere would be), and
     the remaining steps from the iteration it returned. Also what the file holds (_file_leaves) and the states it
-    should hold, taken just before the last save (_states)."""
+    should hold, taken just before the last save (_states). With `gpus`, save and load run on that many simulated
+    GPUs, whose generators change after each save (as training on them would) and are read after the load."""
     folder = _mkdtemp(prefix="grader-checkpoint-")
     try:
         with _global_rngs_kept():
@@ -422,14 +532,21 @@ def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, source
             model = common.build(spec, seed)
             opt = _OPTIMIZERS[optimizer](model.parameters())
             _seed_all(seed + 1)
-            done = 0
+            done, reached = 0, (save_checkpoint, load_checkpoint)
+            cuda = [_SimulatedGenerator(state) for state in _random_states(gpus, seed + 3000)]
             if early_save is not None:
                 _train(model, opt, 0, early_save, x0, y0, sources)
-                save_checkpoint(model, opt, early_save, path)
+                with _on_gpus(cuda, reached):
+                    save_checkpoint(model, opt, early_save, path)
+                for g, state in zip(cuda, _random_states(gpus, seed + 4000)):
+                    g.state = state
                 done = early_save
             _train(model, opt, done, n_steps, x0, y0, sources)
-            at_save = _states(model, opt)
-            save_checkpoint(model, opt, n_steps, path)
+            at_save = _states(model, opt, cuda)
+            with _on_gpus(cuda, reached):
+                save_checkpoint(model, opt, n_steps, path)
+            for g, state in zip(cuda, _random_states(gpus, seed + 5000)):
+                g.state = state
             listing = sorted(_listdir(folder))
             weights_only_error, in_file = "the checkpoint file was not written", []
             if _exists(path):
@@ -450,7 +567,8 @@ def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, source
             _seed_all(seed + 2000)
             start, resumed, load_error = None, None, None
             try:
-                start = load_checkpoint(path, model, opt)
+                with _on_gpus(cuda, reached):
+                    start = load_checkpoint(path, model, opt)
             except NotImplementedError:
                 raise
             except Exception as e:  # reported with the line that says what torch.load refused, if it did
@@ -464,8 +582,8 @@ def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, source
             report = {"whole": whole, "resumed": resumed, "start": start, "start_type": type(start).__name__,
                       "load_error": load_error, "listing": listing, "file": "checkpoint.pt",
                       "weights_only_error": weights_only_error, "params_kept": params_kept,
-                      "at_save": at_save, "in_file": in_file}
-            del model, opt, start, stepped
+                      "at_save": at_save, "in_file": in_file, "cuda_after_load": [g.get_state() for g in cuda]}
+            del model, opt, start, stepped, cuda
             return report
     finally:
         _rmtree(folder, ignore_errors=True)
