@@ -56,6 +56,20 @@ def test_code_python_would_run_next_time_is_reported(tree, name):
     assert str(folder / name) in watch.changed()
 
 
+def test_bytecode_under_a_name_python_does_not_write_is_a_file_like_any_other(tmp_path):
+    """pytest writes an assertion-rewritten module's bytecode as NAME.cpython-311-pytest-9.2.0.pyc: a run that found
+    one in the grader's tree stopped with "expected only 2 or 3 dots"; it is watched as a file without a source."""
+    cache = tmp_path / "trees" / "__pycache__"
+    cache.mkdir(parents=True)
+    (cache / "memory.cpython-311-pytest-9.2.0.pyc").write_bytes(b"there before the run began")
+    time.sleep(0.05)
+    watch = integrity.Watch(integrity.start(), (str(tmp_path / "trees"),))
+    time.sleep(0.05)
+    assert watch.changed() == []
+    (cache / "gpu.cpython-311-pytest-9.2.0.pyc").write_bytes(b"written during the run")
+    assert watch.changed() == [str(cache / "gpu.cpython-311-pytest-9.2.0.pyc")]
+
+
 def test_a_new_file_in_a_watched_tree_is_reported(tree, tmp_path):
     """The grader package and the public copy: every file, new ones included."""
     _, watch = tree

@@ -104,8 +104,11 @@ class Watch:
                 for name in files:
                     path = os.path.join(folder, name)
                     source = ""
-                    if name.endswith(".pyc") and os.path.basename(folder) == "__pycache__":
-                        source = importlib.util.source_from_cache(path) if "cpython" in name else ""
+                    if name.endswith(".pyc") and os.path.basename(folder) == "__pycache__" and "cpython" in name:
+                        try:
+                            source = importlib.util.source_from_cache(path)
+                        except ValueError:  # a name Python would not write (pytest's rewritten modules): no source
+                            source = ""
                     found.append((path, source))
         return found
 
