@@ -28,7 +28,9 @@ operator it ran (C code calling C code included: every tensor operation passes t
 tensors they made, how many backward passes it started (distinct autograd graph tasks among the operators: every
 route into the engine), how many operators autograd recorded outside them (a graph being built), which of its
 arguments' storages an operator wrote, and with `lineage` which operators (with the dtype each computed in) the
-result's values came from, and whether some came from outside the call's arguments and traced operators (UNSEEN).
+result's values came from, whether some came from outside the call's arguments and traced operators (UNSEEN), how
+many different Python numbers they took in (NUMBERS), and which float comparisons pitted many values against many
+(THRESHOLDS: a search through a table).
 
 What escapes, and why. A profile hook sees calls *from Python code*: a builtin called by C code (`functools.partial`
 made of an alias kept where the search does not look, such as inside a library module, or reached through `gc`)
@@ -191,7 +193,7 @@ class _Watch(TorchDispatchMode):
         self.counts, self.dtypes, self.tasks, self.written = {}, {}, set(), set()
         self.graph_ops = self.made = 0
         self.sources, self.kept = {}, []
-        self._names, self._writes = {}, {}
+        self._names, self._writes, self._slots = {}, {}, {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         packet = func.overloadpacket
@@ -236,11 +238,18 @@ class _Watch(TorchDispatchMode):
                 source = self.sources.get(k)
                 if source is not None:
                     came |= source
-                elif k not in self.given and _numel(t) > 1:  # made before the call, or where no operator ran
+                elif k in self.given:
+                    pass
+                elif _numel(t) > 1 or _stored(t) > 1:  # made before the call, or where no operator ran (or a view)
                     came.add(f"{UNSEEN}:{str(t.dtype).removeprefix('torch.')}")
+                else:  # a tensor of one number from Python (torch.tensor(v), x[i] = v): the number counts
+                    came.add(_number_of(t))
+            came.update(self._numbers(func, args, kwargs))
             made = outs[0].dtype if outs else (ins[0].dtype if ins else None)
             if packet in _ACCUMULATING and _accumulates(args, kwargs):
                 name += "(accumulate=True)"  # adds into what is there: arithmetic, unlike the plain index_put
+            elif packet in _COMPARING and _against_table(ins):
+                name += THRESHOLDS  # floats compared with many different floats: a search, not a NaN or inf test
             came.add(f"{name}:{str(made).removeprefix('torch.')}")
             read = {_key(t) for t in ins}
             for t in outs:
@@ -252,6 +261,20 @@ class _Watch(TorchDispatchMode):
                 elif k not in read:   # a new storage (a view keeps its base's history)
                     self.sources[k] = set(came)
                     self.kept.append(t.untyped_storage())  # alive to the end: no later storage reuses its number
+
+    def _numbers(self, func, args: tuple, kwargs: dict) -> list[str]:
+        """The Python numbers an operator takes as values (`x * 0.5`, `torch.full((), v)`), each as a lineage entry;
+        sizes, dims and indices (int arguments) are not values."""
+        slots = self._slots.get(func)
+        if slots is None:
+            slots = self._slots[func] = [(i, a.name) for i, a in enumerate(func._schema.arguments)
+                                         if str(a.type) in _VALUE_TYPES]
+        found = []
+        for i, arg_name in slots:
+            v = args[i] if i < len(args) else kwargs.get(arg_name)
+            if type(v) in (int, float, complex, bool):
+                found.append(_number(v))
+        return found
 
 
 # Where a check judges what the code did (its trace), the ways to work out of the trace's sight, for an exercise to
@@ -270,9 +293,61 @@ UNTRACED = ("torch._C._DisableTorchDispatch", "torch._C._ExcludeDispatchKeyGuard
             "subprocess.Popen._execute_child", "multiprocessing.util.spawnv_passfds")
 # In a lineage, values that reached the traced operators from outside them: not the call's arguments, not made by
 # an operator it traced (Python numbers or NumPy turned into a tensor, a table made before the call, another thread's
-# work). A tensor of one element is not counted: torch wraps every Python scalar operand into one.
+# work, a one-element view of any of these). A tensor of one element with no history of its own is a Python number
+# (torch.tensor(v), or torch's own wrapping of `x[i] = v`), counted with the numbers operators take as values.
 UNSEEN = "unseen"
+# How many different Python numbers the result's values took in ("numbers:3"): a constant or two (`x * 0.5`, a NaN
+# put back) where a program computes its values; about one per element where it worked them out in Python, out of
+# the trace's sight (.tolist(), .item(), another thread), and put them back one by one.
+NUMBERS = "numbers"
+# Marks a comparison of float tensors that both hold many different values (`x >= midpoints[i]`, `maximum(x, table)`):
+# a search through a table of thresholds, where a test for NaN or inf compares x with itself or with one value.
+THRESHOLDS = "(against many thresholds)"
 _ACCUMULATING = {torch.ops.aten.index_put, torch.ops.aten.index_put_, torch.ops.aten._index_put_impl_}
+_COMPARING = {getattr(torch.ops.aten, name) for name in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum",
+                                                          "fmax", "fmin", "clamp", "clamp_min", "clamp_max")}
+_VALUE_TYPES = ("number", "Tensor", "Optional[number]", "Optional[Tensor]")  # a Python number there is a value
+_FEW = 2  # distinct values a tensor compared with may hold and still be a constant (inf and -inf, a bound)
+
+
+def _stored(t: torch.Tensor) -> int:
+    """How many elements its storage holds (more than the tensor for a view), 0 for a tensor that cannot say."""
+    try:
+        return t.untyped_storage().nbytes() // t.element_size()
+    except Exception:
+        return 0
+
+
+def _number(v: Any) -> str:
+    """A Python number as a lineage entry, the same for 2 and 2.0."""
+    try:
+        v = float(v) if type(v) is not complex else v
+    except OverflowError:
+        pass
+    return f"#{v!r}"
+
+
+def _number_of(t: torch.Tensor) -> str:
+    """The number a one-element tensor holds, as a lineage entry (one entry for all it cannot read: meta tensors)."""
+    try:
+        return _number(t.item())
+    except Exception:
+        return "#?"
+
+
+def _against_table(ins: list[torch.Tensor]) -> bool:
+    """Whether two of a comparison's float operands, not one tensor compared with itself, each hold more than a few
+    different values (NaNs left out): a table of thresholds, not a constant."""
+    many = set()
+    for t in ins:
+        if t.is_floating_point() and _numel(t) > _FEW and _key(t) not in many:
+            try:
+                values = t.detach().reshape(-1)
+                if values[values == values].unique().numel() > _FEW:
+                    many.add(_key(t))
+            except Exception:
+                continue
+    return len(many) > 1
 
 
 def _given_tensors(given: Any) -> list[torch.Tensor]:
@@ -547,7 +622,7 @@ class Guard:
         often, the dtypes they made and how many values (their results' elements, views included), the backward
         passes started, how many operators outside them autograd recorded (an input requires grad, grad mode on),
         which positional arguments' storages an operator wrote and, with lineage, the operators the result's values
-        came from ("aten.bitwise_and:int32")."""
+        came from ("aten.bitwise_and:int32"), with the count of different Python numbers they took in ("numbers:2")."""
         watch = self._watch
         if watch is None:
             return None
@@ -562,7 +637,8 @@ class Guard:
             for t in leaves:
                 if isinstance(t, _Tensor):
                     came |= watch.sources.get(_key(t), set())
-            lineage = sorted(came)
+            numbers = {e for e in came if e.startswith("#")}
+            lineage = sorted(came - numbers) + ([f"{NUMBERS}:{len(numbers)}"] if numbers else [])
         return {"ops": dict(watch.counts), "dtypes": [str(d).removeprefix("torch.") for d in watch.dtypes],
                 "made": watch.made, "backward_passes": len(watch.tasks),
                 "graph_ops": watch.graph_ops, "written": written, "lineage": lineage}

@@ -1286,9 +1286,6 @@ MEASURED = [  # the value checks pass all but the detours; about_one_matrix_prod
     W("linear_loss_grad", linear_grad_numpy_differences, "one_output", "not call torch.Tensor.numpy"),
     W("linear_loss_grad", linear_grad_dlpack, "one_output", "not call torch.Tensor.__dlpack__"),
     W("linear_loss_grad", linear_grad_differences_in_a_thread, "one_output", "not call _thread.start_new_thread"),
-    # Python losses differenced on 0-dim tensors: traced arithmetic, but target's mark never reaches the result
-    W("linear_loss_grad", linear_grad_lifted_differences, "computed_from_its_arguments", "not computed from target"),
-    W("linear_loss_grad", linear_grad_stacked_differences, "computed_from_its_arguments", "not computed from target"),
 ]
 
 
@@ -1309,20 +1306,60 @@ def linear_grad_laundered_thread(x, w, target):
     return torch.stack([torch.stack(row.unbind()) for row in grad.unbind()]) + 0 * target.sum()
 
 
-def test_differences_in_a_thread_pass_every_check_unless_threads_are_refused(monkeypatch):
+def linear_grad_laundered_numbers(x, w, target):
+    """Finite differences in Python numbers, each put into a 0-dim tensor (torch.tensor(v)), stacked, and tied to
+    target by adding zero: traced arithmetic and target's mark, but one Python number per element."""
+    grad = _python_differences(x.tolist(), w.tolist(), target.tolist())
+    rows = [torch.stack([torch.tensor(v, dtype=x.dtype) for v in row]) for row in grad]
+    return torch.stack(rows) + 0 * target.sum()
+
+
+def linear_grad_laundered_full(x, w, target):
+    """The same numbers put in by torch.full((), v), stacked, plus zero times target's sum."""
+    grad = _python_differences(x.tolist(), w.tolist(), target.tolist())
+    entries = [torch.full((), v, dtype=x.dtype) for row in grad for v in row]
+    return torch.stack(entries).reshape(w.shape) + 0 * target.sum()
+
+
+def linear_grad_laundered_operands(x, w, target):
+    """The same numbers as operands torch wraps itself, t * 0 + v with t computed from target: no tensor made from
+    a number at all, but one different number per element."""
+    grad = _python_differences(x.tolist(), w.tolist(), target.tolist())
+    tied = target.sum() * 0
+    return torch.stack([torch.stack([tied + v for v in row]) for row in grad])
+
+
+LAUNDERED = [  # Python numbers (or another thread's values) put back one by one, tied to the arguments
+    W("linear_loss_grad", linear_grad_laundered_numbers, "several_outputs_float64", "different Python numbers"),
+    W("linear_loss_grad", linear_grad_laundered_full, "several_outputs_float64", "different Python numbers"),
+    W("linear_loss_grad", linear_grad_laundered_operands, "several_outputs_float64", "different Python numbers"),
+    # Python losses differenced on 0-dim tensors: traced arithmetic, but two Python numbers per element taken in
+    # (target's mark never reaches the result either: computed_from_its_arguments)
+    W("linear_loss_grad", linear_grad_lifted_differences, "several_outputs_float64", "different Python numbers"),
+    W("linear_loss_grad", linear_grad_stacked_differences, "several_outputs_float64", "different Python numbers"),
+]
+
+
+@pytest.mark.parametrize("wrong", LAUNDERED, ids=ids(LAUNDERED))
+def test_a_gradient_worked_out_in_python_and_laundered_fails(wrong):
+    """Each has traced arithmetic, and most pass computed_from_its_arguments's mark (zero times target): what gives
+    them away is a different Python number taken in per element of the result (guard.NUMBERS)."""
+    assert_caught("autograd", wrong, public_only=True)
+
+
+def test_differences_in_a_thread_fail_even_where_threads_are_allowed(monkeypatch):
     """The thread hides the finite differences from the weighing of the work (about_one_matrix_product_of_work). The
-    result it hands back has no traced history (expect_computed catches that), but laundered through 0-dim tensors it
-    passes every check: only refusing to start the thread stops it."""
+    result it hands back has no traced history (expect_computed catches that), and taken apart into 0-dim tensors
+    (views of a storage no traced operator made) it is still marked unseen: refusing the thread is not all that
+    stops it."""
     from grader.guard import UNTRACED
-    from tests.answers import passes_without_forbid
 
     ex = registry.load(hidden=True).get("autograd.linear_loss_grad")
     monkeypatch.setattr(ex, "forbid", tuple(name for name in ex.forbid if name not in UNTRACED))
     assert_caught("autograd", W("linear_loss_grad", linear_grad_differences_in_a_thread, "one_output",
                                 "computed its values outside torch"))
-    monkeypatch.undo()
-    passes_without_forbid(monkeypatch, "autograd", "linear_loss_grad", linear_grad_laundered_thread,
-                          dropping=lambda name: name in UNTRACED)
+    assert_caught("autograd", W("linear_loss_grad", linear_grad_laundered_thread, "one_output",
+                                "values that no traced torch operation made during the call"))
 
 
 @pytest.mark.parametrize("answer", [jacobian_batched, jacobian_vmap, jacobian_two_batches],

@@ -587,12 +587,51 @@ def round_by_comparison_chains(x):
     return torch.where(torch.isnan(x.reshape(bits.shape)), bits, out).view(torch.float32).reshape(x.shape)
 
 
+def _binary_search(a, pos, steps):
+    """pos (a midpoint index, shifted left 16) moved up by `steps` halving steps: each compares |x| with the float32
+    midpoint between bfloat16 values pos + step - 1 and pos + step, made from its bits per element (no table)."""
+    for step in steps:
+        probe = (pos + (((step - 1) << 16) | 0x8000)).view(torch.float32)
+        pos.add_(probe < a, alpha=step << 16)
+    return pos
+
+
+def _rounded_from_slot(bits, a_bits, pos):
+    """The bfloat16 at slot pos (the count of midpoints below |x|), an exact tie moved to the even one, x's sign and
+    NaNs put back."""
+    tie = (a_bits == (pos | 0x8000)) & ((pos & 0x10000) != 0)
+    out = (pos + (tie.to(torch.int32) << 16)) | (bits & (-2**31))
+    return torch.where((bits & 0x7FFFFFFF) > 0x7F800000, bits, out).view(torch.float32)
+
+
+def round_by_binary_search(x):
+    """A 15-step binary search over the float32 midpoints between non-negative bfloat16 values, made from their bits
+    per element: 4 values per element and step, and integer operations, but it rounds by comparing floats."""
+    bits = x.contiguous().view(torch.int32)
+    a_bits = bits & 0x7FFFFFFF
+    a = a_bits.view(torch.float32)
+    pos = _binary_search(a, torch.zeros_like(bits), [1 << k for k in range(14, -1, -1)])
+    return _rounded_from_slot(bits, a_bits, pos.clamp(max=0x7F80 << 16)).reshape(x.shape)
+
+
+def round_by_two_level_search(x):
+    """The same search in two levels: 16 thresholds at once (|x| against every 2048th midpoint, counted), then an
+    11-step binary search within the slot found."""
+    bits = x.contiguous().view(torch.int32)
+    a_bits = bits & 0x7FFFFFFF
+    a = a_bits.view(torch.float32)
+    coarse = (((torch.arange(1, 16, dtype=torch.int32) << 11) - 1) << 16 | 0x8000).view(torch.float32)
+    pos = (a[..., None] > coarse).sum(-1).to(torch.int32) << 27
+    pos = _binary_search(a, pos, [1 << k for k in range(10, -1, -1)])
+    return _rounded_from_slot(bits, a_bits, pos.clamp(max=0x7F80 << 16)).reshape(x.shape)
+
+
 OUT_OF_SIGHT = [round_thread_blended, round_thread_written_in, round_pool_blended, round_numpy_blended,
                 round_numpy_written_in, round_python_blended, round_storage_copied_in, round_storage_swapped_in,
                 round_storage_bytes_written_in, round_in_a_forked_child, round_magic_by_index_put,
                 round_python_scalars, round_python_values_written_in, round_element_by_element,
                 round_by_float16_subnormals, round_by_searching_midpoints, round_by_counting_midpoints,
-                round_by_comparison_chains]
+                round_by_comparison_chains, round_by_binary_search, round_by_two_level_search]
 
 
 class _AlwaysClose(torch.Tensor):
@@ -1037,6 +1076,11 @@ WRONG = [
     # the same search by comparisons: a broadcast against the table and a count, or chains over ranges
     W("round_to_bf16", round_by_counting_midpoints, "exact_values_stay", "compares every value with a table"),
     W("round_to_bf16", round_by_comparison_chains, "random_values", "compares every value with a table"),
+    # a binary search (or a broadcast over 16 thresholds, then one) takes few values per element: its float
+    # comparisons with many different thresholds give it away
+    W("round_to_bf16", round_by_binary_search, "exact_values_stay", "compared x's values with many different floats"),
+    W("round_to_bf16", round_by_two_level_search, "exact_values_stay",
+      "compared x's values with many different floats (gt, lt against a table"),
     # library sums and GradScaler's kernel under their aten names
     W("sequential_sum", lambda v, d: torch.zeros(1, dtype=d).index_add_(0, torch.zeros(len(v), dtype=torch.long),
                                                                         v.to(d))[0],

@@ -246,6 +246,29 @@ def test_a_lineage_marks_values_from_outside_the_call_and_adds_by_index_put():
     assert "aten.index_put_:float32" in lineage(lambda v: v.clone().index_put_((idx,), v))
 
 
+def test_a_lineage_counts_python_numbers_and_marks_comparisons_with_tables():
+    """Catches a lineage that lets Python numbers in unnoticed (torch.tensor(v), torch.full((), v) or an operand
+    torch wraps, counted once per different value), that lets a 0-dim view of a storage no traced operator made pass
+    as a number, or that cannot tell a search (floats compared with many different floats) from a NaN or inf test."""
+    x = torch.randn(6)
+
+    def lineage(fn):
+        with guard.Guard((), refused, trace={"lineage": True}, given=(x,)) as watching:
+            out = fn(x)
+        return watching.data((x,), out)["lineage"]
+
+    assert "numbers:1" in lineage(lambda v: torch.where(v > 0, v, 0.0) * 0.0)  # 0 and 0.0: one number
+    # 1.5, 2.5, 0 and 3.5
+    assert "numbers:4" in lineage(lambda v: torch.stack([torch.tensor(1.5), torch.full((), 2.5), v[0] * 0 + 3.5]))
+    assert not [e for e in lineage(lambda v: v[0] + v[1]) if e.startswith("numbers")]  # indices are not values
+    outside = torch.randn(3)
+    assert "unseen:float32" in lineage(lambda v: torch.stack(outside.unbind()) + v[:3])  # 0-dim views of it
+    tests = lineage(lambda v: torch.where((v != v) | (v.abs() == float("inf")) | torch.isinf(v), v, v * 2))
+    assert not [e for e in tests if guard.THRESHOLDS in e]
+    table = torch.randn(6)
+    assert f"aten.lt{guard.THRESHOLDS}:bool" in lineage(lambda v: torch.where(v < table * 1, 1.0, v))
+
+
 TRACED = registry.exercise("testing.traced", points=1, needs=("f",), forbid=("torch._C._is_alias_of",))
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from grader.expect import (OWN_COUNTER, CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
                            expect_int, expect_tensor, expect_tensor_like, factor_hint, fail)
-from grader.guard import UNSEEN, UNTRACED
+from grader.guard import NUMBERS, UNSEEN, UNTRACED
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -93,28 +93,40 @@ _MOVES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_stride
           "index_fill", "set"}
 
 
+# A program that computes the gradient takes in a constant or two (x * 0.5, a 0.0 to start a sum); one that rebuilds
+# it from Python numbers takes in about one per element (guard.NUMBERS counts the different ones).
+_FEW_NUMBERS = 4
+
+
 def _operator(entry: str) -> tuple[str, str]:
     """'aten.copy_:float32' -> ('copy', 'float32'): a lineage entry's operator without namespace or in-place marks."""
     op, _, dtype = entry.rpartition(":")
     return op.removeprefix("aten.").strip("_"), dtype
 
 
-def expect_computed(lineage: set[str], what: str) -> None:
+def expect_computed(lineage: set[str], what: str, size: int) -> None:
     """The gradient's values came from tensor operations the trace saw (its lineage), not from Python numbers or
-    NumPy put into a tensor: work out of the trace's sight is unmeasured, so finite differences could hide there."""
+    NumPy put into a tensor: work out of the trace's sight is unmeasured, so finite differences could hide there.
+    `size`: the result's number of elements, which numbers worked out in Python and put back one by one match."""
     ops = [_operator(e) for e in sorted(lineage)]
     unseen = sorted({dtype for op, dtype in ops if op == UNSEEN})
     if unseen:
         fail(f"{what}: the result's values include {' and '.join(unseen)} values that no traced torch operation made "
              "during the call: a tensor built from Python numbers or NumPy (torch.tensor(...), torch.from_numpy), or "
-             "one made before the call. Derive dL/dw by the chain rule and compute it from x, w and target with "
-             "torch's tensor operations, inside the function")
-    if not any(op != UNSEEN and op not in _MOVES for op, _ in ops):
+             "one made before the call or in another thread. Derive dL/dw by the chain rule and compute it from x, w "
+             "and target with torch's tensor operations, inside the function")
+    if not any(op not in (UNSEEN, NUMBERS) and op not in _MOVES for op, _ in ops):
         came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in sorted(lineage)[:6])} only"
                 if lineage else "no tensor operation made its values")
         fail(f"{what} computed its values outside torch ({came}): numbers taken out with .tolist() or .item() and "
              "put back into a tensor (torch.tensor(...), g[i, j] = value). Derive dL/dw by the chain rule and compute "
              "it from x, w and target with torch's tensor operations (matrix products)")
+    numbers = max((int(n) for op, n in ops if op == NUMBERS and n.isdigit()), default=0)
+    if numbers > max(_FEW_NUMBERS, size // 2):
+        fail(f"{what}: the result's {size} values took in {numbers} different Python numbers (torch.tensor(v), "
+             "torch.full((), v), t * 0 + v, g[i, j] = v...): values worked out outside torch's operations (with "
+             ".tolist() or .item()) and put back one by one. Derive dL/dw by the chain rule and compute it from x, w "
+             "and target with torch's tensor operations (matrix products)")
 
 
 def expect_linear_grad(linear_loss_grad, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, how: str):
@@ -132,7 +144,7 @@ def expect_linear_grad(linear_loss_grad, x: torch.Tensor, w: torch.Tensor, targe
     expect(trace.graph_ops == 0, f"{what} built an autograd graph ({trace.graph_ops} operations on tensors that "
                                  "require grad): derive the gradient by hand; the inputs need no requires_grad")
     expect_tensor(got, want.to(w.dtype), what, **_tolerance(w.dtype))
-    expect_computed(trace.lineage, what)
+    expect_computed(trace.lineage, what, want.numel())
     return trace
 
 

@@ -8,7 +8,7 @@ import types
 import torch
 
 from grader.expect import call, describe, expect, expect_tensor_like, expect_type, fail
-from grader.guard import UNSEEN, UNTRACED, resolve
+from grader.guard import THRESHOLDS, UNSEEN, UNTRACED, resolve
 from grader.registry import exercise
 from grader.scenario import tracing
 
@@ -152,6 +152,9 @@ _FLOAT_MOVES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_
                 "stack", "flip", "resize", "where", "masked_fill", "masked_scatter", "index_put", "index_put_impl",
                 "index_copy", "index_fill", "abs"}
 _FLOATING = ("float", "bfloat", "complex")
+# A comparison of x's floats with a table of thresholds (guard.THRESHOLDS: both sides hold many different values, as
+# in a binary search over bfloat16 midpoints) rounds by comparing floats too, with bool output; x != x, isnan, isinf
+# and x.abs() == inf compare with x itself or with one value, and stay allowed.
 # A move only moves values within float32, x's dtype: a copy into float16 rounds (x's mantissa shifted into float16's
 # subnormals keeps bfloat16's 7 bits, ties to even). A search of a table of midpoints rounds too, with integer output.
 _SEARCHES = {"searchsorted", "bucketize"}
@@ -205,6 +208,17 @@ def expect_no_search(made: int, numel: int, what: str) -> None:
              "few integer operations on the whole x.view(torch.int32)")
 
 
+def expect_no_float_search(lineage: set[str], what: str) -> None:
+    """No comparison of floats with a table of thresholds reached the result (guard.THRESHOLDS): a binary search
+    over bfloat16 midpoints takes a few values per element, but rounds by comparing floats."""
+    searched = sorted({op.removesuffix(THRESHOLDS) for op, _ in map(_operator, lineage) if op.endswith(THRESHOLDS)})
+    if searched:
+        fail(f"{what} compared x's values with many different floats ({', '.join(searched)} against a table of "
+             "thresholds): a search, such as a binary search over the midpoints between bfloat16 values, rounds by "
+             "comparing floats. Testing for NaN or inf (x != x, torch.isinf) is fine; do the rounding itself with "
+             "integer operations on x.view(torch.int32)")
+
+
 def expect_rounded(round_to_bf16, x: torch.Tensor, how: str) -> None:
     """Bit-identical to torch's conversion (x.to(torch.bfloat16).float()), except that a NaN only has to stay
     NaN; no bfloat16 tensor made on the way, and the rounding done on integer bits (the call's trace)."""
@@ -237,6 +251,7 @@ def expect_rounded_result(x: torch.Tensor, got, trace, what: str) -> None:
                                            "on x.view(torch.int32), not with torch's own conversion")
     expect_integer_method(trace.lineage, what)
     expect_no_search(trace.made, x.numel(), what)
+    expect_no_float_search(trace.lineage, what)
 
 
 @ROUND_TO_BF16.check

@@ -64,7 +64,7 @@ def computed_from_its_arguments(linear_loss_grad):
     with tracing(lineage=True) as trace:
         got = run_scenario(scenarios.linear_grad_marked, linear_loss_grad, x.clone(), w.clone(), t.clone())
     expect_tensor(got, want, what, rtol=1e-5, atol=1e-5)
-    expect_computed(trace.lineage, what)
+    expect_computed(trace.lineage, what, want.numel())
     if scenarios.LINEAR_MARK not in trace.lineage:
         came = ", ".join(e.removeprefix("aten.") for e in sorted(trace.lineage)[:6]) or "no tensor operation"
         fail(f"{what}: the result's values were not computed from target (and x and w) by torch operations (they "
