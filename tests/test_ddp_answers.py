@@ -227,9 +227,10 @@ WORKERS = textwrap.dedent('''
         return slice(rank * rows, (rank + 1) * rows)
 
 
-    def train(rank, world_size, steps, lr, seed, rows, average=None, model_seed=None, zero=True, wrap=False):
+    def train(rank, world_size, steps, lr, seed, rows, average=None, model_seed=None, zero=True, wrap=False,
+              model=None):
         """SGD on toy_model: rows(step, x) picks this rank's rows, average(model) runs between backward and step."""
-        model = toy_model(seed if model_seed is None else model_seed)
+        model = model or toy_model(seed if model_seed is None else model_seed)
         net = DistributedDataParallel(model) if wrap else model
         opt = torch.optim.SGD(net.parameters(), lr=lr)
         for step in range(steps):
@@ -314,6 +315,70 @@ WORKERS = textwrap.dedent('''
                 for p in model.parameters():
                     dist.all_reduce(p)
                     p /= world_size
+        return model.state_dict()
+
+
+    def averaged_with_avg(model):
+        for p in model.parameters():
+            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+
+
+    def scattered_then_gathered(model):
+        """One flat bucket: reduce-scatter its sum (a chunk per rank), divide the chunk, all-gather the chunks."""
+        grads = [p.grad for p in model.parameters()]
+        n = dist.get_world_size()
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        flat = torch.cat([flat, flat.new_zeros((-flat.numel()) % n)])
+        chunk = flat.new_empty(flat.numel() // n)
+        dist.reduce_scatter_tensor(chunk, flat)
+        dist.all_gather_into_tensor(flat, chunk / n)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+    def avg_op(rank, world_size, steps, lr, seed):
+        """Gradients all-reduced per parameter with ReduceOp.AVG (gloo has it in this torch)."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size),
+                     average=averaged_with_avg)
+
+
+    def reduce_scatter_all_gather(rank, world_size, steps, lr, seed):
+        """An all-reduce written as its two halves, on one flat bucket."""
+        join(rank, world_size)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size),
+                     average=scattered_then_gathered)
+
+
+    def averaged_in_hooks(rank, world_size, steps, lr, seed):
+        """Each gradient all-reduced by a hook as soon as backward has accumulated it (communication overlapping the
+        backward, as DistributedDataParallel's buckets do)."""
+        join(rank, world_size)
+        model = toy_model(seed)
+
+        def average(p):
+            dist.all_reduce(p.grad)
+            p.grad /= world_size
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(average)
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size), model=model)
+
+
+    def autograd_grad(rank, world_size, steps, lr, seed):
+        """Gradients from torch.autograd.grad (no .grad until it is set), all-reduced, divided, then SGD's step."""
+        join(rank, world_size)
+        model = toy_model(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            mine = block(rank, world_size)
+            params = list(model.parameters())
+            for p, g in zip(params, torch.autograd.grad(F.mse_loss(model(x[mine]), y[mine]), params)):
+                dist.all_reduce(g)
+                p.grad = g / world_size
+            opt.step()
         return model.state_dict()
 
 
@@ -466,6 +531,81 @@ WORKERS = textwrap.dedent('''
             for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
                 p.grad = g
             dist.all_reduce(torch.zeros(1))
+            opt.step()
+        return model.state_dict()
+
+
+    def ddp_divided_again(rank, world_size, steps, lr, seed):
+        """DistributedDataParallel, then the gradients divided by the world size by hand too (DDP averaged them)."""
+        join(rank, world_size)
+
+        def divide(model):
+            for p in model.parameters():
+                p.grad /= world_size
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size), wrap=True,
+                     average=divide)
+
+
+    def copies_reduced(rank, world_size, steps, lr, seed):
+        """All-reduces and divides copies of the gradients, then steps on the gradients themselves, untouched."""
+        join(rank, world_size)
+
+        def reduce_copies(model):
+            for p in model.parameters():
+                copy = p.grad.clone()
+                dist.all_reduce(copy)
+                copy /= world_size
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size),
+                     average=reduce_copies)
+
+
+    def zeros_own_gradient(rank, world_size, steps, lr, seed):
+        """All-reduces a zero tensor of the gradients' size each step; steps on its own gradient."""
+        join(rank, world_size)
+
+        def zeros(model):
+            dist.all_reduce(torch.zeros(sum(p.numel() for p in model.parameters())))
+        return train(rank, world_size, steps, lr, seed, lambda step, x: block(rank, world_size), average=zeros)
+
+
+    def zeros_of_gradient_size(rank, world_size, steps, lr, seed):
+        """gradient_from_a_copy plus a zero tensor of the gradients' size all-reduced each step: as many numbers as
+        the gradients, none of their values. The step lacks the marks the ranks' backward added to their gradients."""
+        join(rank, world_size)
+        model = toy_model(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            mine = block(rank, world_size)
+            opt.zero_grad()
+            F.mse_loss(model(x[mine]), y[mine]).backward()
+            w = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
+            out = torch.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
+            for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
+                p.grad = g
+            dist.all_reduce(torch.zeros(sum(p.numel() for p in model.parameters())))
+            opt.step()
+        return model.state_dict()
+
+
+    def reduced_then_recomputed(rank, world_size, steps, lr, seed):
+        """All-reduces and divides its real gradients, then steps on the whole batch's gradient worked out on copies
+        of the weights instead: the same numbers, but not from the gradients its backward produced."""
+        join(rank, world_size)
+        model = toy_model(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = toy_batch(seed, step)
+            mine = block(rank, world_size)
+            opt.zero_grad()
+            F.mse_loss(model(x[mine]), y[mine]).backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= world_size
+            w = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
+            out = torch.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
+            for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
+                p.grad = g
             opt.step()
         return model.state_dict()
 
@@ -988,6 +1128,10 @@ CORRECT_WORKERS = [
     ("answer_workers", "manual"),         # strided rows, all_reduce by hand, SGD written out
     ("answer_workers", "bucket_sampler"),  # a shuffled DistributedSampler's rows, one flat bucket all-reduced
     ("answer_workers", "weights_averaged"),  # weights averaged after each plain SGD step: the same update
+    ("answer_workers", "avg_op"),         # all_reduce with ReduceOp.AVG
+    ("answer_workers", "reduce_scatter_all_gather"),  # the all-reduce as its two halves, one flat bucket
+    ("answer_workers", "averaged_in_hooks"),  # all-reduced by post-accumulate-grad hooks, during the backward
+    ("answer_workers", "autograd_grad"),  # gradients from torch.autograd.grad, all-reduced, set as .grad
 ]
 
 
@@ -1023,6 +1167,18 @@ WRONG_WORKERS = {
     "gradient_from_a_copy": {AVERAGING: ("ran no collective between that step's forward and the next",)},
     "gradient_from_a_copy_with_token": {AVERAGING: ("collectives between that step's forward and the next carried 1 "
                                                     "number, fewer than its model's 321 gradients",)},
+    # collectives that carried as many numbers as the gradients, but not the average the rank stepped with
+    "zeros_own_gradient": {AVERAGING: ("not averaged", "its own 8 rows alone"), SAME: ("full batch",)},
+    "copies_reduced": {AVERAGING: ("not averaged", "its own 8 rows alone"), SAME: ("full batch",)},
+    "ddp_divided_again": {AVERAGING: ("1/2 of the step of the average gradient", "divided by the world size twice"),
+                          SAME: ("full batch",)},
+    # the whole batch's gradient worked out on copies of the weights, and zeros of its size all-reduced: the step is
+    # the average, but carries none of the marks the ranks' backward added to their gradients
+    "zeros_of_gradient_size": {AVERAGING: ("followed the average of the ranks' gradients, but not the gradients "
+                                           "their backward passes produced", "random mark"),
+                               SAME: ("full batch",)},
+    "reduced_then_recomputed": {AVERAGING: ("followed the average of the ranks' gradients, but not the gradients "
+                                            "their backward passes produced",), SAME: ("full batch",)},
 }
 
 

@@ -9,7 +9,11 @@ process:
 - at each forward of each layer with parameters: the rows that layer received and the FLOPs it did (a forward that
   calls the layers one by one, or calls the model once more, shows here);
 - at each backward: the gradient that reached each parameter, before any communication (a hook on the parameter
-  runs before DistributedDataParallel's all-reduce, and before anything is added to .grad).
+  runs before DistributedDataParallel's all-reduce, and before anything is added to .grad);
+- and, in a process group of several ranks, the mark that hook added to that gradient: random numbers (from a
+  generator seeded afresh in each process) that only this rank's .grad and what it sends carry onward. The average
+  a rank steps with must hold the mean of the ranks' marks: a gradient it worked out another way (on copies of the
+  weights, every rank can build every row) holds none, whatever its collectives carried.
 The checks read which rows each rank trained on, how much each rank computed, the gradient of its own rows, and
 from consecutive weights which step it took, whatever wrapped the model (DistributedDataParallel, gradients
 averaged by hand, SGD written out).
@@ -30,6 +34,7 @@ __all__ = ["RECORD_ENV", "ForwardRecorder", "record_if_asked"]
 RECORD_ENV = "GRADER_DDP_RECORD"  # the scenario (which may not import grader) spells it out too
 _files = itertools.count()
 _FLOATS = {"Float", "Double", "Half", "BFloat16"}  # the flight recorder's names of floating-point dtypes
+MARK_SCALE = 0.02  # the marks' spread: far above the checks' tolerance (~1e-3), small beside the toy's gradients
 
 
 def _rank_world_group() -> tuple[int, int, bool, int | None]:
@@ -73,13 +78,15 @@ class ForwardRecorder:
         self.path = ""
         self.watching = -1  # the process whose parameters carry gradient hooks
         self.record: dict[str, Any] = {}
+        self.marks = torch.Generator()
 
     def _begin(self) -> dict[str, Any]:
         if self.pid != os.getpid():  # the first event in this process
             self.pid = os.getpid()
             self.path = os.path.join(self.folder, f"{self.pid}-{next(_files)}.pt")
             self.record = {"pid": self.pid, "x": [], "params": [], "rank": [], "world": [], "group": [], "seq": [],
-                           "sent": [], "layers": {}, "grads": {}}
+                           "sent": [], "layers": {}, "grads": {}, "marks": {}}
+            self.marks.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)  # no other process can know it
         return self.record
 
     def _save(self) -> None:
@@ -116,9 +123,15 @@ class ForwardRecorder:
         entry["flops"].append(flops)
         self._save()
 
-    def gradient(self, name: str, grad: torch.Tensor) -> None:
-        self._begin()["grads"].setdefault(name, []).append(grad.detach().cpu().clone())
+    def gradient(self, name: str, grad: torch.Tensor) -> torch.Tensor | None:
+        """Record the gradient reaching `name`; in a group of several ranks, mark it (what the hook returns)."""
+        r = self._begin()
+        r["grads"].setdefault(name, []).append(grad.detach().cpu().clone())
+        several = bool(r["group"] and r["group"][-1] and r["world"][-1] > 1)
+        mark = torch.randn(grad.shape, generator=self.marks) * MARK_SCALE if several else torch.zeros(grad.shape)
+        r["marks"].setdefault(name, []).append(mark)
         self._save()
+        return grad + mark.to(grad.device, grad.dtype) if several else None
 
 
 class _LayerHook:
@@ -132,13 +145,14 @@ class _LayerHook:
 
 
 class _GradientHook:
-    """A hook on one parameter: the gradient reaching it in a backward, before it is accumulated or communicated."""
+    """A hook on one parameter: the gradient reaching it in a backward, before it is accumulated or communicated,
+    recorded (and marked, returned in its place)."""
 
     def __init__(self, recorder: ForwardRecorder, name: str) -> None:
         self.recorder, self.name = recorder, name
 
-    def __call__(self, grad: torch.Tensor) -> None:
-        self.recorder.gradient(self.name, grad)
+    def __call__(self, grad: torch.Tensor) -> torch.Tensor | None:
+        return self.recorder.gradient(self.name, grad)
 
 
 def record_if_asked(model: nn.Module) -> nn.Module:

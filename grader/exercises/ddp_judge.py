@@ -5,12 +5,16 @@ like the checks that use it: it holds no solution.
 The run is recorded by the models toy_model builds in the ranks (grader/course/ddp_record.py): at each training
 forward of the model, the rows received, the weights held and the collectives run so far; at each forward of a
 layer with parameters, its rows and FLOPs; at each backward, the gradient reaching each parameter before any
-communication. Rows are matched to toy_batch(seed, t). The gradient before communication must be that of the
-mean-squared error of the rank's own rows; the weights at forward t minus those at forward t + 1, over lr, are the
-gradient the rank stepped with, which must be the mean of the ranks' own gradients, with collectives in between
-that carried at least as many numbers as the model has gradients (torch's flight recorder lists them in the ranks).
-So DistributedDataParallel, gradients all-reduced by hand (SUM then divide, one bucket or per parameter) and SGD
-written out all pass; so does averaging the weights right after each plain SGD step, the same update.
+communication, and (in a world of several) the random mark the hook added to it, which only that rank's .grad and
+its messages carry on. Rows are matched to toy_batch(seed, t). The gradient before communication must be that of
+the mean-squared error of the rank's own rows; the weights at forward t minus those at forward t + 1, over lr, are
+the gradient the rank stepped with, which must be the mean of the ranks' own gradients plus the mean of their
+marks, with collectives in between that carried at least as many numbers as the model has gradients (torch's flight
+recorder lists them in the ranks). So DistributedDataParallel, gradients all-reduced by hand (SUM then divide, or
+AVG; one bucket or per parameter; reduce-scatter then all-gather) and SGD written out all pass; so does averaging
+the weights right after each plain SGD step, the same update. A rank that works out the whole batch's gradient
+itself (every rank can build every row) and all-reduces as many other numbers steps without the marks, and fails.
+The final state is compared with one process stepping with the full batch's gradient plus the ranks' mean mark.
 Any split of the 16 rows into disjoint shards of 16/n that cover the batch passes (blocks, strided rows,
 a DistributedSampler's permutation): the exercise asks for "its own 16 / n rows", not which ones.
 """
@@ -48,6 +52,7 @@ class Rank:
     sent: list[Any]             # floating-point numbers its collectives had carried, at each forward (None: unknown)
     layers: dict[str, dict[str, list[int]]]
     grads: dict[str, list[torch.Tensor]]
+    marks: dict[str, list[torch.Tensor]]  # what the hook added to each gradient (zeros: nothing)
 
 
 def recorded_run(ddp_train: Any, world_size: int, steps: int, lr: float, seed: int) -> dict[str, Any]:
@@ -57,21 +62,27 @@ def recorded_run(ddp_train: Any, world_size: int, steps: int, lr: float, seed: i
     return {"what": what, "world": world_size, "steps": steps, "lr": lr, "seed": seed, **out}
 
 
+def trained_models(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each worker process's record of the toy_model it trained (the one that ran the most forwards)."""
+    models = [m for m in run["models"] if m["pid"] != run["pid"]] or run["models"]  # else: trained in the notebook
+    per_process: dict[int, dict[str, Any]] = {}
+    for m in models:
+        if m["pid"] not in per_process or len(m["x"]) > len(per_process[m["pid"]]["x"]):
+            per_process[m["pid"]] = m
+    return list(per_process.values())
+
+
 def ranks_of(run: dict[str, Any]) -> list[Rank]:
     """Each rank's model, rank 0 first; fails unless world_size processes each trained a toy_model, one
     forward per step."""
     what, n, steps = run["what"], run["world"], run["steps"]
-    models = [m for m in run["models"] if m["pid"] != run["pid"]] or run["models"]  # else: trained in the notebook
+    models = trained_models(run)
     if not models:
         fail(f"{what}: no forward of a model built by toy_model(seed) ran in the worker processes: build the model "
              "with toy_model(seed) in train_worker and call it (or DistributedDataParallel around it) on the rows")
-    per_process: dict[int, dict[str, Any]] = {}
-    for m in models:  # a process that built several models trained the one that ran the most forwards
-        if m["pid"] not in per_process or len(m["x"]) > len(per_process[m["pid"]]["x"]):
-            per_process[m["pid"]] = m
     found = [Rank(m["rank"][-1], all(m["group"]), m["x"], m["params"], m.get("seq", [None] * len(m["x"])),
-                  m.get("sent", [None] * len(m["x"])), m.get("layers", {}), m.get("grads", {}))
-             for m in per_process.values()]
+                  m.get("sent", [None] * len(m["x"])), m.get("layers", {}), m.get("grads", {}), m.get("marks", {}))
+             for m in models]
     if len(found) == 1 and found[0].rank == -1:
         found[0].rank = 0
     ranks = sorted(r.rank for r in found)
@@ -213,11 +224,29 @@ def step_verdict(run: dict[str, Any], r: int, t: int, rows: int, moved: Weights,
         if n > 1 and abs(k - n) < 1e-2 * n:
             return (f"{what}: the gradients were summed over the {n} ranks, not averaged: rank {r}'s step {t} is "
                     f"{n}x the step of the average gradient; divide the all-reduced gradients by the world size")
+        if n > 1 and abs(k - 1 / n) < 1e-2 / n:
+            return (f"{what}: rank {r}'s step {t} is 1/{n} of the step of the average gradient: the gradients were "
+                    f"divided by the world size twice; divide the all-reduced sum once (DistributedDataParallel "
+                    f"averages already: divide nothing after it)")
         return (f"{what}: rank {r}'s step {t} is {k:.3g}x lr x (the average of the ranks' gradients): SGD with "
                 f"lr={run['lr']}, each rank's loss the mean-squared error of its own rows, gradients averaged")
     return (f"{what}: rank {r}'s step {t} is not lr x the average of the ranks' gradients (the gradient it followed "
             f"differs by up to {_gap(moved, mean):.3g}): each rank's loss is the mean-squared error of its own rows, "
             f"and the gradients are averaged over the ranks ({AVERAGE_HOW})")
+
+
+def mark_at(marks: dict[str, list[torch.Tensor]], t: int, like: Weights) -> Weights:
+    """The mark added to each gradient of backward t (zeros where none was recorded)."""
+    return {k: marks[k][t] if len(marks.get(k, [])) > t else torch.zeros_like(v) for k, v in like.items()}
+
+
+def unmarked_verdict(run: dict[str, Any], r: int, t: int) -> str:
+    """Rank r's step t followed the ranks' average gradient, worked out without the gradients backward left."""
+    return (f"{run['what']}: rank {r}'s step {t} followed the average of the ranks' gradients, but not the gradients "
+            "their backward passes produced: while grading, each rank's backward adds a small random mark to its "
+            "gradients, and this step carries none of them. Step with the gradients backward left in .grad, "
+            "averaged with the other ranks' by an all-reduce (or DistributedDataParallel), not with a gradient "
+            "worked out another way (on copies of the weights, or from the whole batch)")
 
 
 def expect_averaged(run: dict[str, Any]) -> None:
@@ -260,10 +289,13 @@ def expect_averaged(run: dict[str, Any]) -> None:
             expect(gap <= 1e-5, f"{what}: rank {r.rank} began step {t} with weights other than rank 0's (largest "
                                 f"difference {gap:.3g}): the copies drifted apart; {AVERAGE_HOW}")
         local = [_local_gradient(template, r.params[t], seed, t, seen[t][r.rank]) for r in ranks]
-        mean = {k: sum(g[k] for g in local) / n for k in names}
-        for r, own in zip(ranks, local):
+        plain = {k: sum(g[k] for g in local) / n for k in names}
+        marked = [{k: g[k] + m[k] for k in names} for g, m in
+                  zip(local, (mark_at(r.marks, t, start) for r in ranks))]
+        mean = {k: sum(g[k] for g in marked) / n for k in names}
+        for r, unmarked, own in zip(ranks, local, marked):
             before = {k: r.grads[k][t] for k in names}
-            if not _near(before, own):
+            if not _near(before, unmarked):
                 rows = len(seen[t][r.rank])
                 whole = n > 1 and _near(before, _local_gradient(template, r.params[t], seed, t, full))
                 fail(f"{what}: rank {r.rank}'s gradient before communication at step {t} is "
@@ -276,6 +308,9 @@ def expect_averaged(run: dict[str, Any]) -> None:
                 continue
             moved = {k: ((r.params[t][k].double() - after[k].double()) / lr).float() for k in names}
             verdict = step_verdict(run, r.rank, t, len(seen[t][r.rank]), moved, mean, own, earlier)
+            if verdict and n > 1 and _near(moved, plain):  # the average, but not of what backward produced
+                expect_communicated(run, r, t)
+                verdict = unmarked_verdict(run, r.rank, t)
             if verdict:
                 fail(verdict)
             expect_communicated(run, r, t)
@@ -318,28 +353,46 @@ def expect_communicated(run: dict[str, Any], r: Rank, t: int) -> None:
                             f"come from the other ranks' gradients, all-reduced; {AVERAGE_HOW}")
 
 
-def single_process(steps: int, lr: float, seed: int) -> Weights:
-    """The baseline DDP must reproduce: plain SGD on each step's full batch in this process."""
+def single_process(steps: int, lr: float, seed: int, marks: list[Weights] | None = None) -> Weights:
+    """The baseline DDP must reproduce: plain SGD on each step's full batch in this process (each step's gradient
+    plus marks[step], the mean of the marks the ranks' backward added, where given)."""
     model = toy_model(seed)
     opt = _sgd(model.parameters(), lr=lr)
     for step in range(steps):
         x, y = toy_batch(seed, step)
         opt.zero_grad()
         _mse(model(x), y).backward()
+        if marks:
+            with torch.no_grad():
+                for k, p in model.named_parameters():
+                    p.grad += marks[step][k].to(p.grad.dtype)
         opt.step()
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
+def mean_marks(run: dict[str, Any]) -> list[Weights] | None:
+    """For each step, the mean over the world of the marks the ranks' backward added; None where none added any."""
+    like = {k: v.detach() for k, v in toy_model(run["seed"]).named_parameters()}
+    marks = [m.get("marks", {}) for m in trained_models(run)]
+    per_step = [[mark_at(ms, t, like) for ms in marks] for t in range(run["steps"])]
+    if not any(float(v.abs().max()) > 0 for step in per_step for m in step for v in m.values()):
+        return None
+    return [{k: sum(m[k] for m in step) / run["world"] for k in like} for step in per_step]
+
+
 def expect_same_as_one_process(run: dict[str, Any]) -> None:
-    """Rank 0's returned state_dict equals one process trained on the full batch, within 1e-6."""
+    """Rank 0's returned state_dict equals one process trained on the full batch, within 1e-6 (with the ranks'
+    marks added to its gradients, where they were marked)."""
     what = run["what"]
-    want = single_process(run["steps"], run["lr"], run["seed"])
+    marks = mean_marks(run)
+    want = single_process(run["steps"], run["lr"], run["seed"], marks)
     got = run["state"]
     expect_type(got, dict, what)
     expect_equal(sorted(got), sorted(want), f"{what}: the state_dict keys")
+    against = "one process on the full batch" + (" stepping with the gradients plus the ranks' mean mark (see "
+                                                  "gradients_averaged_before_each_step)" if marks else "")
     for key, value in want.items():
-        expect_tensor(got[key], value, f"{what}: {key} after training, against one process on the full batch",
-                      rtol=0, atol=1e-6)
+        expect_tensor(got[key], value, f"{what}: {key} after training, against {against}", rtol=0, atol=1e-6)
 
 
 def expect_ddp(ddp_train: Any, world_size: int, steps: int, lr: float, seed: int) -> None:
