@@ -496,9 +496,10 @@ WORKERS = textwrap.dedent('''
         return model.state_dict()
 
 
-    def gradient_from_a_copy(rank, world_size, steps, lr, seed):
+    def gradient_from_a_copy(rank, world_size, steps, lr, seed, collective=lambda model: None):
         """Backpropagates its own rows, then writes into .grad the whole batch's gradient, worked out on copies of
-        the weights: the average of the ranks' gradients without a single message."""
+        the weights: the average of the ranks' gradients without a single message (collective(model) runs before
+        each step: the variants below send something that is not the gradients)."""
         join(rank, world_size)
         model = toy_model(seed)
         opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -511,6 +512,7 @@ WORKERS = textwrap.dedent('''
             out = torch.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
             for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
                 p.grad = g
+            collective(model)
             opt.step()
         return model.state_dict()
 
@@ -518,21 +520,7 @@ WORKERS = textwrap.dedent('''
     def gradient_from_a_copy_with_token(rank, world_size, steps, lr, seed):
         """gradient_from_a_copy plus one collective per step on a one-element dummy: a collective, but no gradient
         in it (it passed while the checks counted collectives only)."""
-        join(rank, world_size)
-        model = toy_model(seed)
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        for step in range(steps):
-            x, y = toy_batch(seed, step)
-            mine = block(rank, world_size)
-            opt.zero_grad()
-            F.mse_loss(model(x[mine]), y[mine]).backward()
-            w = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
-            out = torch.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
-            for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
-                p.grad = g
-            dist.all_reduce(torch.zeros(1))
-            opt.step()
-        return model.state_dict()
+        return gradient_from_a_copy(rank, world_size, steps, lr, seed, lambda model: dist.all_reduce(torch.zeros(1)))
 
 
     def ddp_divided_again(rank, world_size, steps, lr, seed):
@@ -571,21 +559,9 @@ WORKERS = textwrap.dedent('''
     def zeros_of_gradient_size(rank, world_size, steps, lr, seed):
         """gradient_from_a_copy plus a zero tensor of the gradients' size all-reduced each step: as many numbers as
         the gradients, none of their values. The step lacks the marks the ranks' backward added to their gradients."""
-        join(rank, world_size)
-        model = toy_model(seed)
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        for step in range(steps):
-            x, y = toy_batch(seed, step)
-            mine = block(rank, world_size)
-            opt.zero_grad()
-            F.mse_loss(model(x[mine]), y[mine]).backward()
-            w = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
-            out = torch.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
-            for p, g in zip(model.parameters(), torch.autograd.grad(F.mse_loss(out, y), list(w.values()))):
-                p.grad = g
+        def zeros(model):
             dist.all_reduce(torch.zeros(sum(p.numel() for p in model.parameters())))
-            opt.step()
-        return model.state_dict()
+        return gradient_from_a_copy(rank, world_size, steps, lr, seed, zeros)
 
 
     def reduced_then_recomputed(rank, world_size, steps, lr, seed):
