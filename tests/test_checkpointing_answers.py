@@ -160,6 +160,66 @@ def load_checkpoint_bytes(path, model, optimizer):
     return ckpt["step"]
 
 
+def _flat_checkpoint(model, optimizer, iteration):
+    return {"iteration": iteration, "model_state": model.state_dict(), "optim_state": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(), "numpy_rng": _np_state_to_list(), "python_rng": random.getstate()}
+
+
+def _restore_flat(ckpt, model, optimizer):
+    """Everything of a _flat_checkpoint but the GPUs' generators."""
+    model.load_state_dict(ckpt["model_state"])
+    optimizer.load_state_dict(ckpt["optim_state"])
+    name, keys, pos, has_gauss, cached = ckpt["numpy_rng"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    random.setstate(ckpt["python_rng"])
+    torch.set_rng_state(ckpt["torch_rng"].cpu())
+    return ckpt["iteration"]
+
+
+def save_checkpoint_per_device(model, optimizer, iteration, path):
+    """Each GPU's generator read with that GPU made current by torch.cuda.device(i)."""
+    ckpt = _flat_checkpoint(model, optimizer, iteration)
+    if torch.cuda.is_available():
+        ckpt["cuda_rng"] = []
+        for i in range(torch.cuda.device_count()):
+            with torch.cuda.device(i):
+                ckpt["cuda_rng"].append(torch.cuda.get_rng_state())
+    torch.save(ckpt, path)
+
+
+def load_checkpoint_set_device(path, model, optimizer):
+    """Each GPU's generator restored with torch.cuda.set_device(i), then the first GPU made current again."""
+    ckpt = torch.load(path, weights_only=True)
+    iteration = _restore_flat(ckpt, model, optimizer)
+    if torch.cuda.is_available():
+        for i, state in enumerate(ckpt.get("cuda_rng", [])):
+            torch.cuda.set_device(i)
+            torch.cuda.set_rng_state(state)
+        torch.cuda.set_device(0)
+    return iteration
+
+
+def save_checkpoint_set_device(model, optimizer, iteration, path):
+    """Each GPU's generator read after torch.cuda.set_device(i); the device that was current made current again."""
+    ckpt = _flat_checkpoint(model, optimizer, iteration)
+    if torch.cuda.is_available():
+        current, ckpt["cuda_rng"] = torch.cuda.current_device(), []
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.set_device(i)
+            ckpt["cuda_rng"].append(torch.cuda.get_rng_state())
+        torch.cuda.set_device(current)
+    torch.save(ckpt, path)
+
+
+def load_checkpoint_map_location(path, model, optimizer):
+    """The device-aware load: map_location="cuda" where CUDA is available (the states brought back with .cpu())."""
+    ckpt = torch.load(path, map_location="cuda" if torch.cuda.is_available() else "cpu")
+    iteration = _restore_flat(ckpt, model, optimizer)
+    if "cuda_rng" in ckpt and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
+    return iteration
+
+
 def atomic_mkstemp(obj, path):
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
     try:
@@ -297,6 +357,8 @@ CORRECT = [
     ("save_checkpoint", [save_checkpoint_atomic, load_checkpoint_atomic]),
     ("save_checkpoint", [save_checkpoint_packed, load_checkpoint_packed]),
     ("save_checkpoint", [save_checkpoint_bytes, load_checkpoint_bytes]),
+    ("save_checkpoint", [save_checkpoint_per_device, load_checkpoint_set_device]),
+    ("save_checkpoint", [save_checkpoint_set_device, load_checkpoint_map_location]),
     ("atomic_save", [atomic_mkstemp]), ("atomic_save", [atomic_suffix]), ("atomic_save", [atomic_named_temporary]),
     ("atomic_save", [atomic_buffer_first]),
     ("safe_load", [safe_load_device]), ("safe_load", [safe_load_file]),
@@ -499,7 +561,8 @@ class AdaGradClosureNoGrad(torch.optim.Optimizer):
 
 def _saver(rngs=("torch", "numpy", "random"), optimizer=True, shift=0, iteration_as_tensor=False, raw_numpy=False,
            cuda=""):
-    """cuda "all": every GPU's generator state saved where CUDA is available; "current": the current GPU's only."""
+    """cuda "all": every GPU's generator state saved where CUDA is available; "current": the current GPU's only;
+    "loop": one per GPU, each read from the current GPU (no torch.cuda.device(i) around the read)."""
     def save_checkpoint(model, opt, iteration, path):
         ckpt = {"model": model.state_dict(), "iteration": iteration + shift}
         if iteration_as_tensor:
@@ -513,7 +576,9 @@ def _saver(rngs=("torch", "numpy", "random"), optimizer=True, shift=0, iteration
         if "random" in rngs:
             ckpt["random"] = random.getstate()
         if cuda and torch.cuda.is_available():
-            ckpt["cuda"] = torch.cuda.get_rng_state_all() if cuda == "all" else torch.cuda.get_rng_state()
+            ckpt["cuda"] = {"all": torch.cuda.get_rng_state_all, "current": torch.cuda.get_rng_state,
+                            "loop": lambda: [torch.cuda.get_rng_state() for _ in range(torch.cuda.device_count())]
+                            }[cuda]()
         torch.save(ckpt, path)
     return save_checkpoint
 
@@ -1256,6 +1321,8 @@ WRONG = [
       "only the current GPU's was restored"),  # torch.cuda.get_rng_state(): device 0 alone
     W("save_checkpoint", (_save_cuda_in_memory, _load_cuda_in_memory), "cuda_generators_restored",
       "GPU 0's CUDA RNG state, as it was at the save, is nowhere"),  # the GPUs' states kept in memory
+    W("save_checkpoint", (_saver(cuda="loop"), _loader), "cuda_generators_restored",
+      "only the current GPU's was restored"),  # a loop over the GPUs that reads the current one each time
     # atomic_save
     W("atomic_save", atomic_in_place, "crash_keeps_the_old_file", "writing into path itself"),
     W("atomic_save", atomic_no_cleanup, "crash_keeps_the_old_file", "remove the temporary file"),

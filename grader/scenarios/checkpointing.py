@@ -21,10 +21,12 @@ state as tensors, folder listings as names, file contents as bytes, exceptions a
 * numpy's and random's global states are put back as they were found; torch's is restored by the caller.
 * What a checkpoint file holds is handed back flat, whatever its layout: its tensors, its lists of numbers (as
   tensors), the integers written in its strings and its bytes, with the states it should hold taken at the save.
-* A machine with GPUs is simulated for save_checkpoint and load_checkpoint (`gpus`): torch.cuda.is_available() is
-  True and every function of torch.cuda.random (also under torch.cuda, torch.cuda.default_generators, and the names
-  the student imported them by) reads and writes one 16-byte state per simulated device, which the scenario changes
-  between the save and the load and reads after the load. It reuses chapter 09's patching (gpu._machine).
+* A machine with GPUs is simulated for save_checkpoint and load_checkpoint (`gpus`): chapter 09's simulated devices
+  (gpu._FakeGPU: torch.cuda.is_available() is True, torch.cuda.device / set_device / current_device choose the
+  current one), where every function of torch.cuda.random (also under torch.cuda, torch.cuda.default_generators, and
+  the names the student imported them by) reads and writes one 16-byte state per device, which the scenario changes
+  between the save and the load and reads after the load; torch.load(..., map_location="cuda") keeps tensors on the
+  CPU.
 """
 import collections
 import contextlib
@@ -71,7 +73,7 @@ _replace = os.replace
 _find_integers = re.compile(r"-?\d+").findall
 _tensor, _int64, _float64 = torch.tensor, torch.int64, torch.float64
 _get_rng_state = torch.get_rng_state
-_Generator, _randint, _uint8, _device = torch.Generator, torch.randint, torch.uint8, torch.device
+_Generator, _randint, _uint8 = torch.Generator, torch.randint, torch.uint8
 _cuda, _cuda_random = torch.cuda, torch.cuda.random
 _CUDA_STATE_BYTES = 16  # a CUDA (Philox) generator's state: its seed and its offset, 8 bytes each
 _Path = pathlib.Path
@@ -424,9 +426,11 @@ class _SimulatedGenerator:
         self.state = state
 
     def get_state(self):
+        """A copy of the state, as torch.Generator.get_state() returns one."""
         return self.state.clone()
 
     def set_state(self, new_state):
+        """The state replaced by a copy of `new_state`, refused as CUDA refuses a state of another type or size."""
         if not isinstance(new_state, _Tensor):
             raise TypeError(f"a CUDA RNG state is a torch.ByteTensor, not a {type(new_state).__name__}")
         if new_state.dtype != _uint8:
@@ -436,11 +440,13 @@ class _SimulatedGenerator:
         self.state = new_state.detach().to(_cpu).reshape(-1).clone()
 
     def manual_seed(self, seed):
+        """The state of a generator seeded with `seed` (its offset 0)."""
         seed = int(seed) % 2**64
         self.state = _tensor([(seed >> (8 * i)) & 255 for i in range(8)] + [0] * 8, dtype=_uint8)
         return self
 
     def initial_seed(self):
+        """The seed held in the state's first 8 bytes."""
         return sum(int(b) << (8 * i) for i, b in enumerate(self.state[:8].tolist()))
 
     def seed(self):
@@ -449,63 +455,77 @@ class _SimulatedGenerator:
         return self.initial_seed()
 
 
-def _cuda_rng_changes(gpus):
-    """What makes torch.cuda a machine whose GPUs' default generators are `gpus` (device 0 current): the functions
-    of torch.cuda.random, under torch.cuda too, on the simulated generators; default_generators; the device count."""
+def _move_on(gpus, seed):
+    """The simulated GPUs' generators at new states drawn from `seed`, as training on them would leave them."""
+    for g, state in zip(gpus, _random_states(len(gpus), seed)):
+        g.state = state
 
-    def index(device="cuda"):
-        if not isinstance(device, int):
-            device = _device(device)
-            if device.type != "cuda":
-                raise ValueError(f"Expected a cuda device, but got: {device}")
-            device = 0 if device.index is None else device.index
-        if not 0 <= device < len(gpus):
-            raise RuntimeError("CUDA error: invalid device ordinal")
-        return device
+
+def _cuda_rng_changes(gpus, machine):
+    """What makes the functions of torch.cuda.random (under torch.cuda too) and default_generators read and write
+    the simulated generators `gpus`, each call on the device it names or on `machine`'s current device (its
+    torch.cuda.device / set_device / current_device)."""
 
     def get_rng_state(device="cuda"):
-        return gpus[index(device)].get_state()
+        return gpus[machine.index(device)].get_state()
 
     def set_rng_state(new_state, device="cuda"):
-        gpus[index(device)].set_state(new_state)
+        gpus[machine.index(device)].set_state(new_state)
 
     def set_rng_state_all(new_states):
         for i, state in enumerate(new_states):
             set_rng_state(state, i)
 
     def manual_seed(seed):
-        gpus[0].manual_seed(seed)
+        gpus[machine.current].manual_seed(seed)
 
     def manual_seed_all(seed):
         for g in gpus:
             g.manual_seed(seed)
 
     def seed():
-        gpus[0].seed()
+        gpus[machine.current].seed()
 
     def seed_all():
-        manual_seed_all(gpus[0].seed())
+        manual_seed_all(gpus[machine.current].seed())
 
     functions = {"get_rng_state": get_rng_state, "get_rng_state_all": lambda: [g.get_state() for g in gpus],
                  "set_rng_state": set_rng_state, "set_rng_state_all": set_rng_state_all, "manual_seed": manual_seed,
                  "manual_seed_all": manual_seed_all, "seed": seed, "seed_all": seed_all,
-                 "initial_seed": lambda: gpus[0].initial_seed()}
+                 "initial_seed": lambda: gpus[machine.current].initial_seed()}
     changes = [(module, name, fn) for module in (_cuda, _cuda_random) for name, fn in functions.items()
                if hasattr(module, name)]
-    changes += [(_cuda, "default_generators", tuple(gpus)), (_cuda, "current_device", lambda: 0),
-                (_cuda, "is_initialized", lambda: True)]
-    return changes
+    return changes + [(_cuda, "default_generators", tuple(gpus))]
+
+
+@contextlib.contextmanager
+def _registered(tagger, deserializer):
+    """torch.serialization's tagger and deserializer for storages, ahead of torch's own, inside the block only."""
+    _register_package(-1000, tagger, deserializer)
+    try:
+        yield
+    finally:
+        for entry in [e for e in _package_registry if e[1] is tagger]:
+            _package_registry.remove(entry)
+
+
+def _cpu_storage(storage, location):
+    """A storage saved on a GPU, or sent to one by map_location, left on the CPU (this build may have no CUDA)."""
+    return storage if location.startswith("cuda") else None
 
 
 @contextlib.contextmanager
 def _on_gpus(gpus, reached):
-    """Inside the block, `reached` (the student's functions) run on a machine with the simulated GPUs `gpus`; with
-    none, on this one as it is."""
+    """Inside the block, `reached` (the student's functions) run on a machine with the simulated GPUs `gpus`, device
+    0 current (chapter 09's simulated devices, with these generators), where torch.load puts "cuda" tensors on the
+    CPU; with none, on this one as it is."""
     if not gpus:
         yield
         return
     from . import gpu  # chapter 09's scenarios, installed after this module in a grading kernel: taken when used
-    with gpu._machine(gpu._counting_gpus(len(gpus)) + _cuda_rng_changes(gpus), reached):
+    machine = gpu._FakeGPU(gpu._Clock(), len(gpus))
+    with gpu._machine(machine.changes() + _cuda_rng_changes(gpus, machine), reached), \
+            _registered(lambda storage: None, _cpu_storage):
         yield
 
 
@@ -533,20 +553,19 @@ def resume_run(save_checkpoint, load_checkpoint, spec, optimizer, x0, y0, source
             opt = _OPTIMIZERS[optimizer](model.parameters())
             _seed_all(seed + 1)
             done, reached = 0, (save_checkpoint, load_checkpoint)
-            cuda = [_SimulatedGenerator(state) for state in _random_states(gpus, seed + 3000)]
+            cuda = [_SimulatedGenerator(None) for _ in range(gpus)]
+            _move_on(cuda, seed + 3000)
             if early_save is not None:
                 _train(model, opt, 0, early_save, x0, y0, sources)
                 with _on_gpus(cuda, reached):
                     save_checkpoint(model, opt, early_save, path)
-                for g, state in zip(cuda, _random_states(gpus, seed + 4000)):
-                    g.state = state
+                _move_on(cuda, seed + 4000)
                 done = early_save
             _train(model, opt, done, n_steps, x0, y0, sources)
             at_save = _states(model, opt, cuda)
             with _on_gpus(cuda, reached):
                 save_checkpoint(model, opt, n_steps, path)
-            for g, state in zip(cuda, _random_states(gpus, seed + 5000)):
-                g.state = state
+            _move_on(cuda, seed + 5000)
             listing = sorted(_listdir(folder))
             weights_only_error, in_file = "the checkpoint file was not written", []
             if _exists(path):
@@ -716,15 +735,8 @@ def _save_tagged_cuda(data, path):
         except Exception:
             return None
 
-    def deserializer(obj, location):
-        return None
-
-    _register_package(-1000, tagger, deserializer)
-    try:
+    with _registered(tagger, lambda storage, location: None):
         _save(data, path)
-    finally:
-        for entry in [e for e in _package_registry if e[1] is tagger]:
-            _package_registry.remove(entry)
 
 
 def _as_received(got):
