@@ -28,9 +28,9 @@ operator it ran (C code calling C code included: every tensor operation passes t
 tensors they made, how many backward passes it started (distinct autograd graph tasks among the operators: every
 route into the engine), how many operators autograd recorded outside them (a graph being built), which of its
 arguments' storages an operator wrote, and with `lineage` which operators (with the dtype each computed in) the
-result's values came from, whether some came from outside the call's arguments and traced operators (UNSEEN), how
-many different Python numbers they took in (NUMBERS), and which float comparisons pitted many values against many
-(THRESHOLDS: a search through a table).
+result's values came from, whether some came from outside the call's arguments and traced operators (UNSEEN), the
+Python numbers they took in (NUMBERS), and which float comparisons pitted many values against many (THRESHOLDS: a
+search through a table).
 
 What escapes, and why. A profile hook sees calls *from Python code*: a builtin called by C code (`functools.partial`
 made of an alias kept where the search does not look, such as inside a library module, or reached through `gc`)
@@ -199,11 +199,16 @@ class _Watch(TorchDispatchMode):
         packet = func.overloadpacket
         if packet in self.refused_ops:
             raise self.guard.refuse(self.refused_ops[packet])
+        ins = _tensors(args)
+        if kwargs:
+            ins += _tensors(list(kwargs.values()))
+        # judged before the call: an in-place comparison (x.ge_(table)) leaves 0s and 1s where x's values were
+        searched = self.lineage and packet in _COMPARING and _against_table(ins)
         out = func(*args, **kwargs) if kwargs else func(*args)
-        self._note(func, packet, args, kwargs or {}, out)
+        self._note(func, packet, args, kwargs or {}, out, ins, searched)
         return out
 
-    def _note(self, func, packet, args, kwargs, out):
+    def _note(self, func, packet, args, kwargs, out, ins, searched):
         name = self._names.get(packet)
         if name is None:
             name = self._names[packet] = str(packet)
@@ -222,9 +227,6 @@ class _Watch(TorchDispatchMode):
                 if key is not None:
                     written.add(key)
         self.written |= written
-        ins = _tensors(args)
-        if kwargs:
-            ins += _tensors(list(kwargs.values()))
         if task == -1 and any(t.requires_grad for t in ins) and _grad_enabled():
             self.graph_ops += 1  # autograd records this operator: a graph is being built
         outs = _tensors(out)
@@ -238,8 +240,12 @@ class _Watch(TorchDispatchMode):
                 source = self.sources.get(k)
                 if source is not None:
                     came |= source
+                    if _GIVEN not in source and _numel(t) == 1:  # computed from Python numbers alone: one too
+                        came.add(_number_of(t))
                 elif k in self.given:
-                    pass
+                    came.add(_GIVEN)
+                elif _empty(t):
+                    pass  # no values to bring
                 elif _numel(t) > 1 or _stored(t) > 1:  # made before the call, or where no operator ran (or a view)
                     came.add(f"{UNSEEN}:{str(t.dtype).removeprefix('torch.')}")
                 else:  # a tensor of one number from Python (torch.tensor(v), x[i] = v): the number counts
@@ -248,7 +254,7 @@ class _Watch(TorchDispatchMode):
             made = outs[0].dtype if outs else (ins[0].dtype if ins else None)
             if packet in _ACCUMULATING and _accumulates(args, kwargs):
                 name += "(accumulate=True)"  # adds into what is there: arithmetic, unlike the plain index_put
-            elif packet in _COMPARING and _against_table(ins):
+            elif searched:
                 name += THRESHOLDS  # floats compared with many different floats: a search, not a NaN or inf test
             came.add(f"{name}:{str(made).removeprefix('torch.')}")
             read = {_key(t) for t in ins}
@@ -294,18 +300,35 @@ UNTRACED = ("torch._C._DisableTorchDispatch", "torch._C._ExcludeDispatchKeyGuard
 # In a lineage, values that reached the traced operators from outside them: not the call's arguments, not made by
 # an operator it traced (Python numbers or NumPy turned into a tensor, a table made before the call, another thread's
 # work, a one-element view of any of these). A tensor of one element with no history of its own is a Python number
-# (torch.tensor(v), or torch's own wrapping of `x[i] = v`), counted with the numbers operators take as values.
+# (torch.tensor(v), or torch's own wrapping of `x[i] = v`), listed with the numbers operators take as values.
 UNSEEN = "unseen"
-# How many different Python numbers the result's values took in ("numbers:3"): a constant or two (`x * 0.5`, a NaN
-# put back) where a program computes its values; about one per element where it worked them out in Python, out of
-# the trace's sight (.tolist(), .item(), another thread), and put them back one by one.
+# The Python numbers the result's values took in, one entry each ("numbers:0.5"): those operators take as values
+# (`x * 0.5`, torch.full((), v)), those in tensors of one element (torch.tensor(v)), and the value of each
+# one-element tensor computed from such numbers alone, without the call's arguments (torch.tensor(a) - b). A program
+# that computes its values takes in constants; one that worked them out in Python (.tolist(), .item()) and put them
+# back one by one has result values equal to its numbers. At most _MAX_NUMBERS of them, the smallest.
 NUMBERS = "numbers"
+_MAX_NUMBERS = 4096
+_GIVEN = "@given"  # within a lineage only: the call's arguments' values reached here
 # Marks a comparison of float tensors that both hold many different values (`x >= midpoints[i]`, `maximum(x, table)`):
-# a search through a table of thresholds, where a test for NaN or inf compares x with itself or with one value.
+# a search through a table of thresholds orders x among them, where a test for NaN or inf compares x with itself or
+# with one value. Equality is no search (it cannot place x between two thresholds): r == x, x == x.clone() are tests.
 THRESHOLDS = "(against many thresholds)"
 _ACCUMULATING = {torch.ops.aten.index_put, torch.ops.aten.index_put_, torch.ops.aten._index_put_impl_}
-_COMPARING = {getattr(torch.ops.aten, name) for name in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum",
-                                                          "fmax", "fmin", "clamp", "clamp_min", "clamp_max")}
+_COMPARING = {getattr(torch.ops.aten, name) for base in ("lt", "le", "gt", "ge", "maximum", "minimum", "fmax", "fmin",
+                                                          "clamp", "clamp_min", "clamp_max")
+              for name in (base, f"{base}_") if hasattr(torch.ops.aten, name)}  # x.ge_(table) in place too
+# Operators that make, copy, move or select values without computing any (a lineage entry's name without "aten." and
+# in-place marks, entry_operator): a history made of these alone did no arithmetic. A conversion (to_copy) may round,
+# and abs computes: each exercise adds what it counts as no computation.
+MOVES = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero", "scalar_tensor", "eye",
+    "lift_fresh", "lift_fresh_copy", "clone", "copy", "contiguous", "view", "unsafe_view", "reshape", "reshape_alias",
+    "alias", "detach", "expand", "as_strided", "t", "transpose", "permute", "squeeze", "unsqueeze", "flatten",
+    "unflatten", "select", "slice", "narrow", "unbind", "split", "split_with_sizes", "chunk", "index", "index_select",
+    "gather", "take", "masked_select", "cat", "stack", "flip", "roll", "repeat", "resize", "where", "masked_fill",
+    "masked_scatter", "scatter", "index_put", "index_put_impl", "index_copy", "index_fill", "set"})
 _VALUE_TYPES = ("number", "Tensor", "Optional[number]", "Optional[Tensor]")  # a Python number there is a value
 _FEW = 2  # distinct values a tensor compared with may hold and still be a constant (inf and -inf, a bound)
 
@@ -325,6 +348,34 @@ def _number(v: Any) -> str:
     except OverflowError:
         pass
     return f"#{v!r}"
+
+
+def entry_operator(entry: str) -> tuple[str, str]:
+    """'aten.__rshift__:int32' -> ('rshift', 'int32'): a lineage entry's operator without namespace or in-place marks,
+    and its dtype (for NUMBERS, the number)."""
+    op, _, dtype = entry.rpartition(":")
+    return op.removeprefix("aten.").strip("_"), dtype
+
+
+def _empty(t: torch.Tensor) -> bool:
+    """Whether it holds no element (not: cannot say, as a nested tensor may not)."""
+    try:
+        return t.numel() == 0
+    except Exception:
+        return False
+
+
+def _numbers_entries(numbers: set[str]) -> list[str]:
+    """The "#v" entries as NUMBERS entries, the smallest _MAX_NUMBERS real ones (a complex or unreadable one left
+    out)."""
+    values = set()
+    for e in numbers:
+        try:
+            values.add(float(e[1:]))
+        except (ValueError, OverflowError):
+            continue
+    ordered = sorted(values, key=lambda v: (v != v, v))  # NaN last: it sorts with nothing
+    return [f"{NUMBERS}:{v!r}" for v in ordered[:_MAX_NUMBERS]]
 
 
 def _number_of(t: torch.Tensor) -> str:
@@ -622,7 +673,7 @@ class Guard:
         often, the dtypes they made and how many values (their results' elements, views included), the backward
         passes started, how many operators outside them autograd recorded (an input requires grad, grad mode on),
         which positional arguments' storages an operator wrote and, with lineage, the operators the result's values
-        came from ("aten.bitwise_and:int32"), with the count of different Python numbers they took in ("numbers:2")."""
+        came from ("aten.bitwise_and:int32"), and the Python numbers they took in ("numbers:0.5", guard.NUMBERS)."""
         watch = self._watch
         if watch is None:
             return None
@@ -638,7 +689,7 @@ class Guard:
                 if isinstance(t, _Tensor):
                     came |= watch.sources.get(_key(t), set())
             numbers = {e for e in came if e.startswith("#")}
-            lineage = sorted(came - numbers) + ([f"{NUMBERS}:{len(numbers)}"] if numbers else [])
+            lineage = sorted(came - numbers - {_GIVEN}) + _numbers_entries(numbers)
         return {"ops": dict(watch.counts), "dtypes": [str(d).removeprefix("torch.") for d in watch.dtypes],
                 "made": watch.made, "backward_passes": len(watch.tasks),
                 "graph_ops": watch.graph_ops, "written": written, "lineage": lineage}

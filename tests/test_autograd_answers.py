@@ -59,6 +59,22 @@ def linear_grad_entries(x, w, target):
     return grad
 
 
+def linear_grad_rows_scaled_by_index(x, w, target):
+    """One outer product per row, each times (i + 1) / (i + 1): a different Python number per row, none a value."""
+    g = torch.zeros_like(w)
+    for i in range(x.shape[0]):
+        g += torch.outer(x[i], x[i] @ w - target[i]) * (i + 1) / (i + 1)
+    return g
+
+
+def linear_grad_running_mean(x, w, target):
+    """The mean of the rows' outer products kept as a running mean (weights i / (i + 1), 1 / (i + 1)), times b."""
+    g = torch.zeros_like(w)
+    for i in range(x.shape[0]):
+        g = g * (i / (i + 1)) + torch.outer(x[i], x[i] @ w - target[i]) / (i + 1)
+    return g * x.shape[0]
+
+
 def linear_grad_float64_printing(x, w, target):
     """In float64 and back, printing the residual on the way (printing takes Python numbers from tensors)."""
     residual = x.double() @ w.double() - target.double()
@@ -286,7 +302,8 @@ CORRECT = [
     ("linear_loss_grad", [linear_grad_addmm]), ("linear_loss_grad", [linear_grad_rows]),
     ("linear_loss_grad", [linear_grad_outer_broadcast]), ("linear_loss_grad", [linear_grad_columns]),
     ("linear_loss_grad", [linear_grad_entries]), ("linear_loss_grad", [linear_grad_float64_printing]),
-    ("linear_loss_grad", [linear_grad_item_printing]),
+    ("linear_loss_grad", [linear_grad_item_printing]), ("linear_loss_grad", [linear_grad_rows_scaled_by_index]),
+    ("linear_loss_grad", [linear_grad_running_mean]),
     ("vjp", [vjp_backward]), ("vjp", [vjp_grad]), ("vjp", [vjp_inputs]),
     ("jacobian", [jacobian_rows]), ("jacobian", [jacobian_eye]), ("jacobian", [jacobian_one_graph]),
     ("gradient_norm_penalty", [penalty_cat]), ("gradient_norm_penalty", [penalty_linalg]),
@@ -1329,21 +1346,30 @@ def linear_grad_laundered_operands(x, w, target):
     return torch.stack([torch.stack([tied + v for v in row]) for row in grad])
 
 
+def linear_grad_laundered_shifted(x, w, target):
+    """The operands again, shifted by one and back (t * 0 + v + 1 - 1): values a rounding away from the numbers."""
+    grad = _python_differences(x.tolist(), w.tolist(), target.tolist())
+    tied = target.sum() * 0
+    return torch.stack([torch.stack([tied + v + 1 - 1 for v in row]) for row in grad])
+
+
+_PUT_BACK = "are Python numbers the call put in"
 LAUNDERED = [  # Python numbers (or another thread's values) put back one by one, tied to the arguments
-    W("linear_loss_grad", linear_grad_laundered_numbers, "several_outputs_float64", "different Python numbers"),
-    W("linear_loss_grad", linear_grad_laundered_full, "several_outputs_float64", "different Python numbers"),
-    W("linear_loss_grad", linear_grad_laundered_operands, "several_outputs_float64", "different Python numbers"),
-    # Python losses differenced on 0-dim tensors: traced arithmetic, but two Python numbers per element taken in
-    # (target's mark never reaches the result either: computed_from_its_arguments)
-    W("linear_loss_grad", linear_grad_lifted_differences, "several_outputs_float64", "different Python numbers"),
-    W("linear_loss_grad", linear_grad_stacked_differences, "several_outputs_float64", "different Python numbers"),
+    W("linear_loss_grad", linear_grad_laundered_numbers, "several_outputs_float64", _PUT_BACK),
+    W("linear_loss_grad", linear_grad_laundered_full, "several_outputs_float64", _PUT_BACK),
+    W("linear_loss_grad", linear_grad_laundered_operands, "several_outputs_float64", _PUT_BACK),
+    W("linear_loss_grad", linear_grad_laundered_shifted, "several_outputs_float64", _PUT_BACK),
+    # Python losses differenced on 0-dim tensors: traced arithmetic, but each element a 0-dim tensor computed from
+    # Python numbers alone, a number too (target's mark never reaches the result either: computed_from_its_arguments)
+    W("linear_loss_grad", linear_grad_lifted_differences, "several_outputs_float64", _PUT_BACK),
+    W("linear_loss_grad", linear_grad_stacked_differences, "several_outputs_float64", _PUT_BACK),
 ]
 
 
 @pytest.mark.parametrize("wrong", LAUNDERED, ids=ids(LAUNDERED))
 def test_a_gradient_worked_out_in_python_and_laundered_fails(wrong):
     """Each has traced arithmetic, and most pass computed_from_its_arguments's mark (zero times target): what gives
-    them away is a different Python number taken in per element of the result (guard.NUMBERS)."""
+    them away is that the result's values are the Python numbers its lineage took in (guard.NUMBERS)."""
     assert_caught("autograd", wrong, public_only=True)
 
 

@@ -106,6 +106,29 @@ def round_with_float_tests(x):
     return torch.where(keep, x, rounded)
 
 
+def _rounded_bits(x):
+    """x's bits rounded to bfloat16's (ties to even), NaNs not kept."""
+    bits = x.view(torch.int32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & MASK).view(torch.float32)
+
+
+def round_keeps_nan_by_comparing_a_copy(x):
+    """NaN kept by x == x.clone(): the same test as x == x, on another storage (two tensors of many values)."""
+    return torch.where(x == x.contiguous().clone(), _rounded_bits(x), x)
+
+
+def round_keeps_x_where_rounding_made_a_difference_to_a_nan(x):
+    """x kept where r != x and x is NaN: an equality test of the result against x, no search."""
+    r = _rounded_bits(x)
+    return torch.where((r != x) & torch.isnan(x), x, r)
+
+
+def round_keeps_exact_values(x):
+    """x kept where the rounding left it equal (r == x) or where it is NaN."""
+    r = _rounded_bits(x)
+    return torch.where((r == x) | torch.isnan(x), x, r)
+
+
 def round_python_struct(x):
     """One value at a time in Python, integer operations on the bits from struct: right values, but not on
     x.view(torch.int32) as the exercise asks (issue 26: the check judges the method), so a wrong answer below."""
@@ -192,6 +215,9 @@ CORRECT = [
     ("round_to_bf16", round_by_comparison), ("round_to_bf16", round_via_int64),
     ("round_to_bf16", round_sign_magnitude), ("round_to_bf16", round_into_preallocated),
     ("round_to_bf16", round_that_prints), ("round_to_bf16", round_with_float_tests),
+    ("round_to_bf16", round_keeps_nan_by_comparing_a_copy),
+    ("round_to_bf16", round_keeps_x_where_rounding_made_a_difference_to_a_nan),
+    ("round_to_bf16", round_keeps_exact_values),
     ("sequential_sum", sequential_python_loop), ("sequential_sum", sequential_rounding_floats),
     ("sequential_sum", lambda v, d: functools.reduce(lambda a, b: a + b, v.to(d).unbind(), torch.zeros((), dtype=d))),
     # Python's builtin sum adds left to right (0 + v0 + v1 ...): sequential, and not torch's forbidden sum

@@ -246,10 +246,12 @@ def test_a_lineage_marks_values_from_outside_the_call_and_adds_by_index_put():
     assert "aten.index_put_:float32" in lineage(lambda v: v.clone().index_put_((idx,), v))
 
 
-def test_a_lineage_counts_python_numbers_and_marks_comparisons_with_tables():
-    """Catches a lineage that lets Python numbers in unnoticed (torch.tensor(v), torch.full((), v) or an operand
-    torch wraps, counted once per different value), that lets a 0-dim view of a storage no traced operator made pass
-    as a number, or that cannot tell a search (floats compared with many different floats) from a NaN or inf test."""
+def test_a_lineage_lists_python_numbers_and_marks_comparisons_with_tables():
+    """Catches a lineage that lets Python numbers in unnoticed (torch.tensor(v), torch.full((), v), an operand torch
+    wraps, or a 0-dim tensor computed from such numbers alone; listed once per different value), that counts a tensor
+    of no elements as one, that lets a 0-dim view of a storage no traced operator made pass as a number, or that
+    cannot tell a search (floats ordered against many different floats, in place too) from a NaN, inf or equality
+    test."""
     x = torch.randn(6)
 
     def lineage(fn):
@@ -257,16 +259,27 @@ def test_a_lineage_counts_python_numbers_and_marks_comparisons_with_tables():
             out = fn(x)
         return watching.data((x,), out)["lineage"]
 
-    assert "numbers:1" in lineage(lambda v: torch.where(v > 0, v, 0.0) * 0.0)  # 0 and 0.0: one number
-    # 1.5, 2.5, 0 and 3.5
-    assert "numbers:4" in lineage(lambda v: torch.stack([torch.tensor(1.5), torch.full((), 2.5), v[0] * 0 + 3.5]))
-    assert not [e for e in lineage(lambda v: v[0] + v[1]) if e.startswith("numbers")]  # indices are not values
+    def numbers(fn):
+        return [e for e in lineage(fn) if e.startswith(f"{guard.NUMBERS}:")]
+
+    assert numbers(lambda v: torch.where(v > 0, v, 0.0) * 0.0) == ["numbers:0.0"]  # 0 and 0.0: one number
+    stacked = numbers(lambda v: torch.stack([torch.tensor(1.5), torch.full((), 2.5), v[0] * 0 + 3.5]))
+    assert stacked == ["numbers:0.0", "numbers:1.5", "numbers:2.5", "numbers:3.5"]
+    # a 0-dim tensor computed from numbers alone is a number too (2.5 - 1.0 = 1.5; then 0.75, halved), not one
+    # computed from the arguments (v[0] * 2.0)
+    assert "numbers:0.75" in numbers(lambda v: torch.stack([(torch.tensor(2.5) - 1.0) / 2, v[0] * 2.0]))
+    assert not numbers(lambda v: v[0] + v[1])  # indices are not values
+    assert not numbers(lambda v: torch.cat([v, torch.empty(0)]))  # no elements: no number
     outside = torch.randn(3)
     assert "unseen:float32" in lineage(lambda v: torch.stack(outside.unbind()) + v[:3])  # 0-dim views of it
     tests = lineage(lambda v: torch.where((v != v) | (v.abs() == float("inf")) | torch.isinf(v), v, v * 2))
     assert not [e for e in tests if guard.THRESHOLDS in e]
+    equal = lineage(lambda v: torch.where((v == v.clone()) & ((v * 2) != v), v, v * 2))  # equality: no search
+    assert not [e for e in equal if guard.THRESHOLDS in e]
     table = torch.randn(6)
     assert f"aten.lt{guard.THRESHOLDS}:bool" in lineage(lambda v: torch.where(v < table * 1, 1.0, v))
+    # in place: judged before the 0s and 1s overwrite v's copy
+    assert f"aten.ge_{guard.THRESHOLDS}:float32" in lineage(lambda v: v.clone().ge_(table * 1))
 
 
 TRACED = registry.exercise("testing.traced", points=1, needs=("f",), forbid=("torch._C._is_alias_of",))

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from grader.expect import (OWN_COUNTER, CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
                            expect_int, expect_tensor, expect_tensor_like, factor_hint, fail)
-from grader.guard import NUMBERS, UNSEEN, UNTRACED
+from grader.guard import MOVES, NUMBERS, UNSEEN, UNTRACED, entry_operator
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -29,6 +29,7 @@ _silu = F.silu
 _sigmoid = torch.sigmoid
 _isclose = torch.isclose
 _isfinite = torch.isfinite
+_as_tensor = torch.tensor
 _LOSSES = {"mse": F.mse_loss, "cross_entropy": F.cross_entropy}
 _OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -80,53 +81,54 @@ def _tolerance(dtype: torch.dtype) -> dict:
 
 # ---------------------------------------------------------------- linear_loss_grad
 
-# Operators that make, copy, move or select values without computing any (the names a lineage holds, without
-# "aten." and in-place marks). A gradient worked out in Python numbers (.tolist(), .item()) and put back into a
-# tensor (torch.tensor, g[i, j] = value, torch.stack of 0-dim tensors) reaches the result through these alone.
-_MOVES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
-          "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero", "scalar_tensor", "eye",
-          "lift_fresh", "lift_fresh_copy", "clone", "copy", "to_copy", "contiguous", "view", "unsafe_view", "reshape",
-          "reshape_alias", "alias", "detach", "expand", "as_strided", "t", "transpose", "permute", "squeeze",
-          "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "unbind", "split", "split_with_sizes",
-          "chunk", "index", "index_select", "gather", "take", "masked_select", "cat", "stack", "flip", "roll", "repeat",
-          "resize", "where", "masked_fill", "masked_scatter", "scatter", "index_put", "index_put_impl", "index_copy",
-          "index_fill", "set"}
+# Operators that make, copy, move or select values without computing any, a conversion included (guard.MOVES). A
+# gradient worked out in Python numbers (.tolist(), .item()) and put back into a tensor (torch.tensor,
+# g[i, j] = value, torch.stack of 0-dim tensors) reaches the result through these alone.
+_MOVES = MOVES | {"to_copy"}
+# The advice every way of not computing the gradient ends with.
+DERIVE = "Derive dL/dw by the chain rule and compute it from x, w and target with torch's tensor operations"
 
 
-# A program that computes the gradient takes in a constant or two (x * 0.5, a 0.0 to start a sum); one that rebuilds
-# it from Python numbers takes in about one per element (guard.NUMBERS counts the different ones).
-_FEW_NUMBERS = 4
+def _floats(text: str) -> list[float]:
+    """The number a NUMBERS entry names, in a list; none for text that is not one."""
+    try:
+        return [float(text)]
+    except ValueError:
+        return []
 
 
-def _operator(entry: str) -> tuple[str, str]:
-    """'aten.copy_:float32' -> ('copy', 'float32'): a lineage entry's operator without namespace or in-place marks."""
-    op, _, dtype = entry.rpartition(":")
-    return op.removeprefix("aten.").strip("_"), dtype
+def _put_back(got: torch.Tensor, numbers: list[float]) -> int:
+    """How many of got's elements equal one of the Python numbers its values took in (within the value check's
+    tolerance): a computed gradient of random inputs matches none of its constants; one put back from Python, each."""
+    if not numbers or not got.is_floating_point():
+        return 0
+    flat = got.detach().reshape(-1, 1)
+    table = _as_tensor(numbers, dtype=torch.float64).to(got.dtype).reshape(1, -1)
+    return int(_isclose(flat, table, **_tolerance(got.dtype)).any(1).sum())
 
 
-def expect_computed(lineage: set[str], what: str, size: int) -> None:
+def expect_computed(lineage: set[str], what: str, got: torch.Tensor) -> None:
     """The gradient's values came from tensor operations the trace saw (its lineage), not from Python numbers or
     NumPy put into a tensor: work out of the trace's sight is unmeasured, so finite differences could hide there.
-    `size`: the result's number of elements, which numbers worked out in Python and put back one by one match."""
-    ops = [_operator(e) for e in sorted(lineage)]
+    `got`: the result, whose values numbers worked out in Python and put back one by one equal."""
+    ops = [entry_operator(e) for e in sorted(lineage)]
     unseen = sorted({dtype for op, dtype in ops if op == UNSEEN})
     if unseen:
         fail(f"{what}: the result's values include {' and '.join(unseen)} values that no traced torch operation made "
              "during the call: a tensor built from Python numbers or NumPy (torch.tensor(...), torch.from_numpy), or "
-             "one made before the call or in another thread. Derive dL/dw by the chain rule and compute it from x, w "
-             "and target with torch's tensor operations, inside the function")
+             f"one made before the call or in another thread. {DERIVE}, inside the function")
     if not any(op not in (UNSEEN, NUMBERS) and op not in _MOVES for op, _ in ops):
         came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in sorted(lineage)[:6])} only"
                 if lineage else "no tensor operation made its values")
         fail(f"{what} computed its values outside torch ({came}): numbers taken out with .tolist() or .item() and "
-             "put back into a tensor (torch.tensor(...), g[i, j] = value). Derive dL/dw by the chain rule and compute "
-             "it from x, w and target with torch's tensor operations (matrix products)")
-    numbers = max((int(n) for op, n in ops if op == NUMBERS and n.isdigit()), default=0)
-    if numbers > max(_FEW_NUMBERS, size // 2):
-        fail(f"{what}: the result's {size} values took in {numbers} different Python numbers (torch.tensor(v), "
-             "torch.full((), v), t * 0 + v, g[i, j] = v...): values worked out outside torch's operations (with "
-             ".tolist() or .item()) and put back one by one. Derive dL/dw by the chain rule and compute it from x, w "
-             "and target with torch's tensor operations (matrix products)")
+             f"put back into a tensor (torch.tensor(...), g[i, j] = value). {DERIVE} (matrix products)")
+    size = got.numel()
+    put_back = _put_back(got, [v for op, n in ops if op == NUMBERS for v in _floats(n)])
+    if put_back > max(2, size // 2):
+        fail(f"{what}: {put_back} of the result's {size} values are Python numbers the call put in (torch.tensor(v), "
+             "torch.full((), v), t * 0 + v, g[i, j] = v, or a 0-dim tensor computed from such numbers alone): values "
+             f"worked out outside torch's operations (with .tolist() or .item()) and put back one by one. {DERIVE} "
+             "(matrix products)")
 
 
 def expect_linear_grad(linear_loss_grad, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, how: str):
@@ -144,7 +146,7 @@ def expect_linear_grad(linear_loss_grad, x: torch.Tensor, w: torch.Tensor, targe
     expect(trace.graph_ops == 0, f"{what} built an autograd graph ({trace.graph_ops} operations on tensors that "
                                  "require grad): derive the gradient by hand; the inputs need no requires_grad")
     expect_tensor(got, want.to(w.dtype), what, **_tolerance(w.dtype))
-    expect_computed(trace.lineage, what, want.numel())
+    expect_computed(trace.lineage, what, got)
     return trace
 
 

@@ -8,7 +8,7 @@ import types
 import torch
 
 from grader.expect import call, describe, expect, expect_tensor_like, expect_type, fail
-from grader.guard import THRESHOLDS, UNSEEN, UNTRACED, resolve
+from grader.guard import MOVES, THRESHOLDS, UNSEEN, UNTRACED, entry_operator, resolve
 from grader.registry import exercise
 from grader.scenario import tracing
 
@@ -139,50 +139,37 @@ def _hex(value: torch.Tensor) -> str:
 # and no floating-point arithmetic, which is the other way to round (frexp/ldexp and a scaled round, x * c - ..., a
 # float64 "magic number" added by a sum or a matmul). Every operator that makes a floating-point (or complex) tensor
 # on the way must be one that only makes, copies, moves or selects values: any other can do arithmetic (sum, neg,
-# mm, diff, cumsum, a conversion between float dtypes that rounds...), so none is trusted. abs is there because
-# torch.isinf and torch.isfinite run it.
+# mm, diff, cumsum, a conversion between float dtypes that rounds...), so none is trusted: guard.MOVES, and abs,
+# because torch.isinf and torch.isfinite run it.
 _BIT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
             "and", "or", "xor", "lshift", "rshift", "iand", "ior", "ixor", "ilshift", "irshift"}
-_FLOAT_MOVES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-                "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "zero",
-                "scalar_tensor", "lift_fresh", "lift_fresh_copy", "clone", "copy", "contiguous", "view", "unsafe_view",
-                "reshape", "reshape_alias", "alias", "detach", "expand", "as_strided", "t", "transpose", "permute",
-                "squeeze", "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "unbind", "split",
-                "split_with_sizes", "chunk", "index", "index_select", "gather", "take", "masked_select", "cat",
-                "stack", "flip", "resize", "where", "masked_fill", "masked_scatter", "index_put", "index_put_impl",
-                "index_copy", "index_fill", "abs"}
+_FLOAT_MOVES = MOVES | {"abs"}
 _FLOATING = ("float", "bfloat", "complex")
-# A comparison of x's floats with a table of thresholds (guard.THRESHOLDS: both sides hold many different values, as
-# in a binary search over bfloat16 midpoints) rounds by comparing floats too, with bool output; x != x, isnan, isinf
-# and x.abs() == inf compare with x itself or with one value, and stay allowed.
+# An ordering comparison of x's floats with a table of thresholds (guard.THRESHOLDS: both sides hold many different
+# values, as in a binary search over bfloat16 midpoints) rounds by comparing floats too, with bool output; x != x,
+# isnan, isinf, x.abs() == inf and r == x are tests, and stay allowed.
 # A move only moves values within float32, x's dtype: a copy into float16 rounds (x's mantissa shifted into float16's
 # subnormals keeps bfloat16's 7 bits, ties to even). A search of a table of midpoints rounds too, with integer output.
 _SEARCHES = {"searchsorted", "bucketize"}
 _ALLOCATES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}  # memory, no values in it
 
 
-def _operator(entry: str) -> tuple[str, str]:
-    """'aten.__rshift__:int32' -> ('rshift', 'int32'): the operator's name without namespace or in-place marks."""
-    op, _, dtype = entry.rpartition(":")
-    return op.removeprefix("aten.").strip("_"), dtype
-
-
 def expect_integer_method(lineage: set[str], what: str) -> None:
     """The result's values came from integer bit operations (on x.view(torch.int32)), not floating-point arithmetic."""
     ops = sorted(lineage)
-    arithmetic = sorted({f"{op} into {dtype}" if op in _FLOAT_MOVES else op for op, dtype in map(_operator, ops)
+    arithmetic = sorted({f"{op} into {dtype}" if op in _FLOAT_MOVES else op for op, dtype in map(entry_operator, ops)
                          if op != UNSEEN and (op in _SEARCHES or dtype.startswith(_FLOATING) and op not in _ALLOCATES
                                               and (op not in _FLOAT_MOVES or dtype != "float32"))})
     if arithmetic:
         fail(f"{what} rounded with floating-point arithmetic ({', '.join(arithmetic[:8])}): do the rounding with "
              "integer operations on x.view(torch.int32), as the exercise asks")
-    unseen = sorted(dtype for op, dtype in map(_operator, ops) if op == UNSEEN)
+    unseen = sorted(dtype for op, dtype in map(entry_operator, ops) if op == UNSEEN)
     if unseen:
         fail(f"{what}: the result's values include {' and '.join(unseen)} values that no traced torch operation "
              "made during the call: a tensor built from Python numbers or NumPy (torch.tensor(...), "
              "torch.from_numpy), or one made before the call or in another thread; compute the result from "
              "x.view(torch.int32) with torch's integer operations, inside the function")
-    if not any(op in _BIT_OPS and dtype.startswith(("int", "uint")) for op, dtype in map(_operator, ops)):
+    if not any(op in _BIT_OPS and dtype.startswith(("int", "uint")) for op, dtype in map(entry_operator, ops)):
         came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in ops[:8])}" if ops
                 else "no tensor operation made its values")
         fail(f"{what} computed its result without integer bit operations on x.view(torch.int32) ({came}): round "
@@ -211,7 +198,8 @@ def expect_no_search(made: int, numel: int, what: str) -> None:
 def expect_no_float_search(lineage: set[str], what: str) -> None:
     """No comparison of floats with a table of thresholds reached the result (guard.THRESHOLDS): a binary search
     over bfloat16 midpoints takes a few values per element, but rounds by comparing floats."""
-    searched = sorted({op.removesuffix(THRESHOLDS) for op, _ in map(_operator, lineage) if op.endswith(THRESHOLDS)})
+    searched = sorted({op.removesuffix(THRESHOLDS) for op, _ in map(entry_operator, lineage)
+                       if op.endswith(THRESHOLDS)})
     if searched:
         fail(f"{what} compared x's values with many different floats ({', '.join(searched)} against a table of "
              "thresholds): a search, such as a binary search over the midpoints between bfloat16 values, rounds by "
