@@ -256,15 +256,20 @@ WORKERS = textwrap.dedent('''
             dist.all_reduce(p.grad)
 
 
+    def copied_back(grads, flat):
+        """One flat bucket's values written back into the gradients it was made of, in order."""
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
     def bucketed(model):
         grads = [p.grad for p in model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
         flat /= dist.get_world_size()
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        copied_back(grads, flat)
 
 
     # ------------------------------------------------ correct, written differently
@@ -332,10 +337,7 @@ WORKERS = textwrap.dedent('''
         chunk = flat.new_empty(flat.numel() // n)
         dist.reduce_scatter_tensor(chunk, flat)
         dist.all_gather_into_tensor(flat, chunk / n)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        copied_back(grads, flat)
 
 
     def avg_op(rank, world_size, steps, lr, seed):
