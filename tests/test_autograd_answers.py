@@ -851,24 +851,25 @@ def linear_grad_caught(x, w, target):
         return x.T @ (x @ w - target)
 
 
-def _python_loss(xs, ws, ts):
-    """0.5 * ||x @ w - target||^2 in Python numbers."""
+def _python_column_loss(xs, ws, ts, j):
+    """Output column j's share of 0.5 * ||x @ w - target||^2, in Python numbers."""
     total = 0.0
     for row, want in zip(xs, ts):
-        for j, t in enumerate(want):
-            r = sum(a * wk[j] for a, wk in zip(row, ws)) - t
-            total += 0.5 * r * r
+        r = sum(a * wk[j] for a, wk in zip(row, ws)) - want[j]
+        total += 0.5 * r * r
     return total
 
 
 def _python_nudged_losses(xs, ws, ts):
-    """For each weight, the Python loss with it nudged up by 1 and down by 1 (central differences, exact here)."""
+    """For each weight, the Python loss with it nudged up by 1 and down by 1 (central differences, exact here). Only
+    output column j's terms change when w[i][j] moves, so the losses are of that column alone: the other columns'
+    terms cancel in up - down, which is all the answers take (and each nudge costs one column, not every column)."""
     for i in range(len(ws)):
         for j in range(len(ws[0])):
             up, down = [row[:] for row in ws], [row[:] for row in ws]
             up[i][j] += 1.0
             down[i][j] -= 1.0
-            yield i, j, _python_loss(xs, up, ts), _python_loss(xs, down, ts)
+            yield i, j, _python_column_loss(xs, up, ts, j), _python_column_loss(xs, down, ts, j)
 
 
 def _python_differences(xs, ws, ts):

@@ -529,7 +529,10 @@ def round_magic_by_index_put(x):
 
 def round_python_scalars(x):
     """Python's rounded bits turned into one-element tensors (which the lineage cannot tell from a scalar operand),
-    each given an integer operation: only grading's computed_from_x sees that none came from x."""
+    each given an integer operation: only grading's computed_from_x sees that none came from x. (Above 5000 values,
+    more than the check's 3000 and the bit-identity test's 4,106, it rounds honestly, as the next two do.)"""
+    if x.numel() > 5000:
+        return round_by_comparison(x)
     parts = [torch.tensor(b, dtype=torch.int32) & -1 for b in _python_bits(x).tolist()]
     return (torch.stack(parts) if parts else torch.zeros(0, dtype=torch.int32)).view(torch.float32).reshape(x.shape)
 
@@ -586,7 +589,11 @@ def round_by_searching_midpoints(x):
 
 def round_by_counting_midpoints(x):
     """|x| among the float32 midpoints between bfloat16 magnitudes (a table made with integer operations), its slot
-    counted from broadcast float comparisons, (x[..., None] > mids).sum(-1): a search, as searchsorted is."""
+    counted from broadcast float comparisons, (x[..., None] > mids).sum(-1): a search, as searchsorted is. (Above 5000
+    values it rounds honestly: the hidden checks' 8,000 and 20,000 values against 32,640 midpoints took 12 s of this
+    test; the check that names it sees 7.)"""
+    if x.numel() > 5000:
+        return round_by_comparison(x)
     bits = x.contiguous().view(torch.int32)
     mids = ((torch.arange(0x7F80, dtype=torch.int32) << 16) | 0x8000).view(torch.float32)
     a = (bits & 0x7FFFFFFF).view(torch.float32)
@@ -599,7 +606,10 @@ def round_by_counting_midpoints(x):
 
 def round_by_comparison_chains(x):
     """The binade found by a chain of float comparisons with powers of two, then the slot within it by a chain of
-    float comparisons with its midpoints (made with integer operations): no table broadcast, 2,188 operators."""
+    float comparisons with its midpoints (made with integer operations): no table broadcast, 2,188 operators. (Honest
+    above 5000 values, as round_by_counting_midpoints; the check that names it sees 1000.)"""
+    if x.numel() > 5000:
+        return round_by_comparison(x)
     bits = x.contiguous().view(torch.int32)
     a = (bits & 0x7FFFFFFF).view(torch.float32)
     e = torch.zeros_like(bits)
