@@ -29,8 +29,8 @@ tensors they made, how many backward passes it started (distinct autograd graph 
 route into the engine), how many operators autograd recorded outside them (a graph being built), which of its
 arguments' storages an operator wrote, and with `lineage` which operators (with the dtype each computed in) the
 result's values came from, whether some came from outside the call's arguments and traced operators (UNSEEN), the
-Python numbers they took in (NUMBERS), and which float comparisons pitted many values against many (THRESHOLDS: a
-search through a table).
+Python numbers they took in (NUMBERS), and which ordering comparisons pitted many values against many (THRESHOLDS:
+a search through a table).
 
 What escapes, and why. A profile hook sees calls *from Python code*: a builtin called by C code (`functools.partial`
 made of an alias kept where the search does not look, such as inside a library module, or reached through `gc`)
@@ -255,7 +255,7 @@ class _Watch(TorchDispatchMode):
             if packet in _ACCUMULATING and _accumulates(args, kwargs):
                 name += "(accumulate=True)"  # adds into what is there: arithmetic, unlike the plain index_put
             elif searched:
-                name += THRESHOLDS  # floats compared with many different floats: a search, not a NaN or inf test
+                name += THRESHOLDS  # values ordered against many different values: a search, not a NaN or inf test
             came.add(f"{name}:{str(made).removeprefix('torch.')}")
             read = {_key(t) for t in ins}
             for t in outs:
@@ -310,9 +310,10 @@ UNSEEN = "unseen"
 NUMBERS = "numbers"
 _MAX_NUMBERS = 4096
 _GIVEN = "@given"  # within a lineage only: the call's arguments' values reached here
-# Marks a comparison of float tensors that both hold many different values (`x >= midpoints[i]`, `maximum(x, table)`):
-# a search through a table of thresholds orders x among them, where a test for NaN or inf compares x with itself or
-# with one value. Equality is no search (it cannot place x between two thresholds): r == x, x == x.clone() are tests.
+# Marks a comparison of two tensors that both hold many different values, floats or integers (`x >= midpoints[i]`,
+# `maximum(x, table)`, a float's bits against a table of bit patterns): a search through a table of thresholds orders
+# x among them, where a test for NaN or inf compares x with itself or with one value. Equality is no search (it cannot
+# place x between two thresholds): r == x, x == x.clone() are tests.
 THRESHOLDS = "(against many thresholds)"
 _ACCUMULATING = {torch.ops.aten.index_put, torch.ops.aten.index_put_, torch.ops.aten._index_put_impl_}
 _COMPARING = {getattr(torch.ops.aten, name) for base in ("lt", "le", "gt", "ge", "maximum", "minimum", "fmax", "fmin",
@@ -387,18 +388,24 @@ def _number_of(t: torch.Tensor) -> str:
 
 
 def _against_table(ins: list[torch.Tensor]) -> bool:
-    """Whether two of a comparison's float operands, not one tensor compared with itself, each hold more than a few
-    different values (NaNs left out): a table of thresholds, not a constant."""
-    many = set()
+    """Whether two of a comparison's operands (floats, or integers such as a float's bits), not one tensor compared
+    with itself, each hold more than a few different values (NaNs left out): a table of thresholds, not a constant."""
+    candidates = {}
     for t in ins:
-        if t.is_floating_point() and _numel(t) > _FEW and _key(t) not in many:
-            try:
-                values = t.detach().reshape(-1)
-                if values[values == values].unique().numel() > _FEW:
-                    many.add(_key(t))
-            except Exception:
-                continue
-    return len(many) > 1
+        if _numel(t) > _FEW and (t.is_floating_point() or not (t.is_complex() or t.dtype == torch.bool)):
+            candidates.setdefault(_key(t), t)
+    if len(candidates) < 2:
+        return False
+    many = 0
+    for t in candidates.values():
+        try:
+            values = t.detach().reshape(-1)
+            if t.is_floating_point():
+                values = values[values == values]
+            many += values.unique().numel() > _FEW
+        except Exception:
+            continue
+    return many > 1
 
 
 def _given_tensors(given: Any) -> list[torch.Tensor]:

@@ -650,6 +650,29 @@ def round_by_binary_search(x):
     return _rounded_from_slot(bits, a_bits, pos.clamp(max=0x7F80 << 16)).reshape(x.shape)
 
 
+def round_by_integer_binary_search(x):
+    """The same binary search on the bits: |x|'s bits against each midpoint's bit pattern (floats order as their bits
+    do), integer comparisons and integer operations only, 4 values per element and step: still a search."""
+    bits = x.contiguous().view(torch.int32)
+    a_bits = bits & 0x7FFFFFFF
+    pos = torch.zeros_like(bits)
+    for step in [1 << k for k in range(14, -1, -1)]:
+        pos.add_(pos + (((step - 1) << 16) | 0x8000) < a_bits, alpha=step << 16)
+    return _rounded_from_slot(bits, a_bits, pos.clamp(max=0x7F80 << 16)).reshape(x.shape)
+
+
+def round_by_integer_table_search(x):
+    """Sixteen integer thresholds at once (the bit patterns of every 2048th midpoint, made with arange), counted, then
+    the binary search on the bits within the slot: a table of integers is a table too."""
+    bits = x.contiguous().view(torch.int32)
+    a_bits = bits & 0x7FFFFFFF
+    coarse = ((torch.arange(1, 16, dtype=torch.int32) << 11) - 1) << 16 | 0x8000
+    pos = (a_bits[..., None] > coarse).sum(-1).to(torch.int32) << 27
+    for step in [1 << k for k in range(10, -1, -1)]:
+        pos.add_(pos + (((step - 1) << 16) | 0x8000) < a_bits, alpha=step << 16)
+    return _rounded_from_slot(bits, a_bits, pos.clamp(max=0x7F80 << 16)).reshape(x.shape)
+
+
 def round_by_two_level_search(x):
     """The same search in two levels: 16 thresholds at once (|x| against every 2048th midpoint, counted), then an
     11-step binary search within the slot found."""
@@ -667,7 +690,8 @@ OUT_OF_SIGHT = [round_thread_blended, round_thread_written_in, round_pool_blende
                 round_storage_bytes_written_in, round_in_a_forked_child, round_magic_by_index_put,
                 round_python_scalars, round_python_values_written_in, round_element_by_element,
                 round_by_float16_subnormals, round_by_searching_midpoints, round_by_counting_midpoints,
-                round_by_comparison_chains, round_by_binary_search, round_by_two_level_search]
+                round_by_comparison_chains, round_by_binary_search, round_by_two_level_search,
+                round_by_integer_binary_search, round_by_integer_table_search]
 
 
 class _AlwaysClose(torch.Tensor):
@@ -1114,9 +1138,14 @@ WRONG = [
     W("round_to_bf16", round_by_comparison_chains, "random_values", "compares every value with a table"),
     # a binary search (or a broadcast over 16 thresholds, then one) takes few values per element: its float
     # comparisons with many different thresholds give it away
-    W("round_to_bf16", round_by_binary_search, "exact_values_stay", "compared x's values with many different floats"),
+    W("round_to_bf16", round_by_binary_search, "exact_values_stay", "compared x's values with many different thresholds"),
     W("round_to_bf16", round_by_two_level_search, "exact_values_stay",
-      "compared x's values with many different floats (gt, lt against a table"),
+      "compared x's values with many different thresholds (gt, lt against a table"),
+    # the same searches on the bits, with integer comparisons only: a table of bit patterns is a table too
+    W("round_to_bf16", round_by_integer_binary_search, "exact_values_stay",
+      "compared x's values with many different thresholds (lt against a table"),
+    W("round_to_bf16", round_by_integer_table_search, "exact_values_stay",
+      "compared x's values with many different thresholds (gt, lt against a table"),
     # library sums and GradScaler's kernel under their aten names
     W("sequential_sum", lambda v, d: torch.zeros(1, dtype=d).index_add_(0, torch.zeros(len(v), dtype=torch.long),
                                                                         v.to(d))[0],

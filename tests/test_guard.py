@@ -250,8 +250,8 @@ def test_a_lineage_lists_python_numbers_and_marks_comparisons_with_tables():
     """Catches a lineage that lets Python numbers in unnoticed (torch.tensor(v), torch.full((), v), an operand torch
     wraps, or a 0-dim tensor computed from such numbers alone; listed once per different value), that counts a tensor
     of no elements as one, that lets a 0-dim view of a storage no traced operator made pass as a number, or that
-    cannot tell a search (floats ordered against many different floats, in place too) from a NaN, inf or equality
-    test."""
+    cannot tell a search (values ordered against many different values, floats or integers, in place too) from a
+    NaN, inf or equality test."""
     x = torch.randn(6)
 
     def lineage(fn):
@@ -280,6 +280,11 @@ def test_a_lineage_lists_python_numbers_and_marks_comparisons_with_tables():
     assert f"aten.lt{guard.THRESHOLDS}:bool" in lineage(lambda v: torch.where(v < table * 1, 1.0, v))
     # in place: judged before the 0s and 1s overwrite v's copy
     assert f"aten.ge_{guard.THRESHOLDS}:float32" in lineage(lambda v: v.clone().ge_(table * 1))
+    # a float's bits ordered against a table of bit patterns: a search too; against one bound (NaN's), a test
+    bits = lineage(lambda v: torch.where(v.view(torch.int32) < table.view(torch.int32) + 0, v, v * 2))
+    assert f"aten.lt{guard.THRESHOLDS}:bool" in bits
+    nan_test = lineage(lambda v: torch.where((v.view(torch.int32) & 0x7FFFFFFF) > 0x7F800000, v, v * 2))
+    assert not [e for e in nan_test if guard.THRESHOLDS in e]
 
 
 TRACED = registry.exercise("testing.traced", points=1, needs=("f",), forbid=("torch._C._is_alias_of",))

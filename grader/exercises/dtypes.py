@@ -145,9 +145,10 @@ _BIT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_
             "and", "or", "xor", "lshift", "rshift", "iand", "ior", "ixor", "ilshift", "irshift"}
 _FLOAT_MOVES = MOVES | {"abs"}
 _FLOATING = ("float", "bfloat", "complex")
-# An ordering comparison of x's floats with a table of thresholds (guard.THRESHOLDS: both sides hold many different
-# values, as in a binary search over bfloat16 midpoints) rounds by comparing floats too, with bool output; x != x,
-# isnan, isinf, x.abs() == inf and r == x are tests, and stay allowed.
+# An ordering comparison of x's floats, or of its bits, with a table of thresholds (guard.THRESHOLDS: both sides hold
+# many different values, as in a binary search over bfloat16 midpoints or over their bit patterns) rounds by
+# comparing, with bool output; x != x, isnan, isinf, x.abs() == inf, bits > 0x7F800000 and r == x are tests, and stay
+# allowed.
 # A move only moves values within float32, x's dtype: a copy into float16 rounds (x's mantissa shifted into float16's
 # subnormals keeps bfloat16's 7 bits, ties to even). A search of a table of midpoints rounds too, with integer output.
 _SEARCHES = {"searchsorted", "bucketize"}
@@ -195,16 +196,17 @@ def expect_no_search(made: int, numel: int, what: str) -> None:
              "few integer operations on the whole x.view(torch.int32)")
 
 
-def expect_no_float_search(lineage: set[str], what: str) -> None:
-    """No comparison of floats with a table of thresholds reached the result (guard.THRESHOLDS): a binary search
-    over bfloat16 midpoints takes a few values per element, but rounds by comparing floats."""
+def expect_no_table_search(lineage: set[str], what: str) -> None:
+    """No comparison with a table of thresholds reached the result (guard.THRESHOLDS): a binary search over bfloat16
+    midpoints, of floats or of their bits, takes a few values per element, but rounds by comparing, not by rounding."""
     searched = sorted({op.removesuffix(THRESHOLDS) for op, _ in map(entry_operator, lineage)
                        if op.endswith(THRESHOLDS)})
     if searched:
-        fail(f"{what} compared x's values with many different floats ({', '.join(searched)} against a table of "
-             "thresholds): a search, such as a binary search over the midpoints between bfloat16 values, rounds by "
-             "comparing floats. Testing for NaN or inf (x != x, torch.isinf) is fine; do the rounding itself with "
-             "integer operations on x.view(torch.int32)")
+        fail(f"{what} compared x's values with many different thresholds ({', '.join(searched)} against a table of "
+             "them, floats or their bits): a search, such as a binary search over the midpoints between bfloat16 "
+             "values, finds the answer by comparing instead of rounding. Testing for NaN or inf (x != x, "
+             "torch.isinf, or the bits against 0x7F800000) is fine; do the rounding itself with a few integer "
+             "operations on x.view(torch.int32)")
 
 
 def expect_rounded(round_to_bf16, x: torch.Tensor, how: str) -> None:
@@ -239,7 +241,7 @@ def expect_rounded_result(x: torch.Tensor, got, trace, what: str) -> None:
                                            "on x.view(torch.int32), not with torch's own conversion")
     expect_integer_method(trace.lineage, what)
     expect_no_search(trace.made, x.numel(), what)
-    expect_no_float_search(trace.lineage, what)
+    expect_no_table_search(trace.lineage, what)
 
 
 @ROUND_TO_BF16.check
