@@ -6,6 +6,7 @@ Run as root with bubblewrap (as CI, Gradescope and containers grade); each test 
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -45,7 +46,7 @@ out = {"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid(), "cwd": os.get
        "ssh": ssh, "usr": usr, "hash": hash("seed"), "threads": os.environ.get("OMP_NUM_THREADS"),
        "env_token": os.environ.get("GRADER_NOTEBOOK"), "parent_pid": os.environ.get("JPY_PARENT_PID"),
        "limits": [__import__("resource").getrlimit(r) for r in (6, 1, 9)],  # NPROC, FSIZE, AS
-       "files": sorted(os.listdir(".")), "nice": os.nice(0)}
+       "files": sorted(os.listdir(".")), "nice": os.nice(0), "dynamo": "torch._dynamo" in __import__("sys").modules}
 import io, matplotlib, matplotlib.pyplot as plt
 from matplotlib import font_manager
 png = io.BytesIO()
@@ -72,18 +73,25 @@ def isolation(tmp_path):
     return sandbox.choose("on", sandbox.public_tree(tmp_path))
 
 
-@pytest.fixture
-def forking(isolation, tmp_path):
+@contextlib.contextmanager
+def attached(isolation, dynamo: bool = True):
     """The run's template started for `isolation` (as grade_cohort starts it) and this process attached to it (as
-    a grading worker is), done with its imports; ended after the test."""
+    a grading worker is), done with its imports; ended on leaving."""
     env = Launcher(Limits(), isolation, Path("/"), Path("/"), "").env()
     scratch = tempfile.mkdtemp(prefix="grader-", dir="/tmp")
-    with template.serving(isolation, env, scratch, wanted=True) as path:
+    with template.serving(isolation, env, scratch, wanted=True, dynamo=dynamo) as path:
         template.TEMPLATE.attach(path, isolation, env)
         assert template.TEMPLATE.ready(wait=120)
         yield template.TEMPLATE
         template.TEMPLATE.give_up()
     os.rmdir(scratch)
+
+
+@pytest.fixture
+def forking(isolation):
+    """attached(isolation) for the test."""
+    with attached(isolation) as served:
+        yield served
 
 
 def templates() -> list[psutil.Process]:
@@ -172,6 +180,20 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["door_uid"] == 65534  # the door that holds the sandbox open keeps no rights while it waits
         assert forked["limits"][:2] == launched["limits"][:2]  # processes, file size
         assert forked["limits"][2][0] > 0  # the memory cap, from what the kernel had mapped at its start
+        assert forked["dynamo"] is True  # imported by this template, for chapters whose kernels import it
+
+
+def test_a_run_of_chapters_whose_kernels_need_no_dynamo_starts_a_template_without_it(isolation):
+    """Catches a template that imports torch._dynamo for a run of chapter 01 or 10 alone (a CPU-second that no kernel
+    of theirs uses), or leaves it out where another chapter's kernels need it (each would import it again)."""
+    from grader.autograde.cohort import kernel_dynamo
+
+    assert not kernel_dynamo({"01_tensors"}) and not kernel_dynamo({"01_tensors", "10_ddp"})
+    assert kernel_dynamo({"01_tensors", "02_dtypes"}) and kernel_dynamo({"08_checkpointing"})
+    assert kernel_dynamo({"11_a_chapter_not_measured"})  # a new chapter gets it until measured
+    with attached(isolation, dynamo=False):
+        forked, kernel, _, _ = probe(isolation)
+        assert kernel.launcher.forked and forked["dynamo"] is False
 
 
 # What a kernel holds of the grader once set up, and whether a `%%needs` cell of the notebook ran.

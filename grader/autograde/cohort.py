@@ -390,8 +390,8 @@ def grade_cohort(submissions: Path, out: Path, workers: int, limits: Limits, cha
         done = writer.complete()
         # A kernel template costs the imports of one kernel and saves most of each kernel's start: it is worth
         # starting for two notebooks or more.
-        with template.serving(isolation, _kernel_env(limits, isolation), scratch_root,
-                              wanted=len(run.pending) >= 2) as kernel_template:
+        with template.serving(isolation, _kernel_env(limits, isolation), scratch_root, wanted=len(run.pending) >= 2,
+                              dynamo=kernel_dynamo({t.chapter for t in run.pending})) as kernel_template:
             pool = (_pool(workers, start_method(), limits, isolation, kernel_template,
                            {t.chapter for t in run.pending}) if run.pending else None)
             if class_report:
@@ -473,6 +473,18 @@ _PRELOAD = ["torch", "torch.fx.experimental.symbolic_shapes", "matplotlib.font_m
 # chapter 01 assignment, say) would pay it for nothing. Measured: grading each chapter's
 # solution with this left out, only these chapters' workers imported it (docs/measurements.md).
 _DYNAMO_CHAPTERS = frozenset({"02_dtypes", "03_memory", "04_flops", "05_autograd", "10_ddp"})
+
+
+# The chapters whose notebooks, as grading runs them, never import torch._dynamo in the kernel: measured by grading
+# the demo's solved student with a template that did not import it (the others' kernels did: an optimizer's step or
+# zero_grad, a FLOP count, a dispatch mode; docs/measurements.md). A run of these alone (a chapter 01 assignment)
+# starts a template without it: a CPU-second less; any other chapter, one not listed included, gets it.
+_KERNELS_WITHOUT_DYNAMO = frozenset({"01_tensors", "10_ddp"})
+
+
+def kernel_dynamo(chapters: set[str]) -> bool:
+    """Whether the kernels of a run grading `chapters` import torch._dynamo (so the kernel template imports it)."""
+    return not chapters <= _KERNELS_WITHOUT_DYNAMO
 
 
 def preload(chapters: set[str]) -> list[str]:

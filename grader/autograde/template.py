@@ -59,11 +59,13 @@ def template_env(env: dict[str, str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: bool) -> Iterator[Path | None]:
+def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: bool,
+            dynamo: bool = True) -> Iterator[Path | None]:
     """In the grading process: the run's template, started now for kernels with environment `env` (a kernel's
     whole environment: the template starts with its part that is the same for every notebook; its imports
     go on while its workers start), ended with the run. Yields the socket workers connect to, in a folder of
-    `scratch` that only this user can enter (None where no template is `wanted` or `suits`)."""
+    `scratch` that only this user can enter (None where no template is `wanted` or `suits`). `dynamo`: the
+    template imports torch._dynamo too, for kernels whose notebooks import it (kernel_dynamo)."""
     if not (wanted and suits(isolation)):
         yield None
         return
@@ -77,7 +79,8 @@ def serving(isolation: Isolation, env: dict[str, str], scratch: str, wanted: boo
         listener.bind(str(path))
         listener.listen(64)
         program = str(Path(isolation.launch).with_name("template_main.py"))
-        process = subprocess.Popen([sys.executable, program, str(listener.fileno()), *IMPORTS],
+        process = subprocess.Popen([sys.executable, program, str(listener.fileno()),
+                                    "dynamo" if dynamo else "no-dynamo", *IMPORTS],
                                    env=template_env(env) | {"MPLCONFIGDIR": str(matplotlib_folder(home))},
                                    pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")

@@ -1,5 +1,5 @@
-"""The kernel template: a process that has imported what every grading kernel imports (torch, ipykernel,
-torch._dynamo) once, and forks each sandboxed kernel of a grading run from that state (template.py starts it
+"""The kernel template: a process that has imported what every grading kernel imports (torch, ipykernel, and
+torch._dynamo where the run's chapters need it) once, and forks each sandboxed kernel of a grading run from that state (template.py starts it
 for the run; its workers send it the requests).
 
 A kernel forked from here is what launch.py would have made, without its seconds of imports: for each request
@@ -180,14 +180,15 @@ if __name__ == "__main__":
     import launch  # beside this file: the kernel's launcher, whose steps a forked kernel takes
     sys.path.remove(here)
     launch.prepare_imports()
-    import torch  # noqa: F401,E402  (what launch.py imports, and what the first optimizer or FLOP count imports)
-    import torch._dynamo  # noqa: F401,E402
+    import torch  # noqa: F401,E402  (what launch.py imports)
+    if sys.argv[2] == "dynamo":  # what the first optimizer or FLOP count imports, where the run's chapters have one
+        import torch._dynamo  # noqa: F401,E402
     from ipykernel import ipkernel, kernelapp  # noqa: F401,E402  (ipkernel: what the app imports as it starts)
     # What every chapter's first cell imports: half a CPU-second per kernel. Its font list and settings come from
     # the folder template.py gave (MPLCONFIGDIR: the font list alone, no matplotlibrc), as a kernel's fresh home.
     import matplotlib.pyplot  # noqa: F401,E402
     # The public grader, as set-up imports it in each kernel (a tenth of a CPU-second); set-up then registers
     # `%%needs` in the kernel's shell, which does not exist here.
-    import_public(sys.argv[2:], here)
+    import_public(sys.argv[3:], here)
 
     serve(socket.socket(fileno=int(sys.argv[1])))
