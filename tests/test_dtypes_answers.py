@@ -625,10 +625,11 @@ def round_by_comparison_chains(x):
 
 def _binary_search(a, pos, steps):
     """pos (a midpoint index, shifted left 16) moved up by `steps` halving steps: each compares |x| with the float32
-    midpoint between bfloat16 values pos + step - 1 and pos + step, made from its bits per element (no table)."""
+    midpoint between bfloat16 values pos + step - 1 and pos + step, made from its bits per element (no table); as
+    floats, or as their bits where `a` holds |x|'s bits (int32: floats order as their bits do)."""
     for step in steps:
-        probe = (pos + (((step - 1) << 16) | 0x8000)).view(torch.float32)
-        pos.add_(probe < a, alpha=step << 16)
+        probe = pos + (((step - 1) << 16) | 0x8000)
+        pos.add_((probe if a.dtype == torch.int32 else probe.view(torch.float32)) < a, alpha=step << 16)
     return pos
 
 
@@ -655,9 +656,7 @@ def round_by_integer_binary_search(x):
     do), integer comparisons and integer operations only, 4 values per element and step: still a search."""
     bits = x.contiguous().view(torch.int32)
     a_bits = bits & 0x7FFFFFFF
-    pos = torch.zeros_like(bits)
-    for step in [1 << k for k in range(14, -1, -1)]:
-        pos.add_(pos + (((step - 1) << 16) | 0x8000) < a_bits, alpha=step << 16)
+    pos = _binary_search(a_bits, torch.zeros_like(bits), [1 << k for k in range(14, -1, -1)])
     return _rounded_from_slot(bits, a_bits, pos.clamp(max=0x7F80 << 16)).reshape(x.shape)
 
 
@@ -668,8 +667,7 @@ def round_by_integer_table_search(x):
     a_bits = bits & 0x7FFFFFFF
     coarse = ((torch.arange(1, 16, dtype=torch.int32) << 11) - 1) << 16 | 0x8000
     pos = (a_bits[..., None] > coarse).sum(-1).to(torch.int32) << 27
-    for step in [1 << k for k in range(10, -1, -1)]:
-        pos.add_(pos + (((step - 1) << 16) | 0x8000) < a_bits, alpha=step << 16)
+    pos = _binary_search(a_bits, pos, [1 << k for k in range(10, -1, -1)])
     return _rounded_from_slot(bits, a_bits, pos.clamp(max=0x7F80 << 16)).reshape(x.shape)
 
 
