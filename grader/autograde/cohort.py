@@ -476,9 +476,9 @@ _DYNAMO_CHAPTERS = frozenset({"02_dtypes", "03_memory", "04_flops", "05_autograd
 
 
 # The chapters whose notebooks, as grading runs them, never import torch._dynamo in the kernel: measured by grading
-# the demo's solved student with a template that did not import it (the others' kernels did: an optimizer's step or
-# zero_grad, a FLOP count, a dispatch mode; docs/measurements.md). A run of these alone (a chapter 01 assignment)
-# starts a template without it: a CPU-second less; any other chapter, one not listed included, gets it.
+# the demo's solved student with a template that did not import it, every kernel reporting whether it was imported
+# by the end (the other chapters' kernels all imported it; docs/measurements.md). A run of these alone (a chapter 01
+# assignment) starts a template without it, a CPU-second less; any other chapter, one not listed included, gets it.
 _KERNELS_WITHOUT_DYNAMO = frozenset({"01_tensors", "10_ddp"})
 
 

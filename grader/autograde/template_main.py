@@ -1,6 +1,6 @@
 """The kernel template: a process that has imported what every grading kernel imports (torch, ipykernel, and
-torch._dynamo where the run's chapters need it) once, and forks each sandboxed kernel of a grading run from that state (template.py starts it
-for the run; its workers send it the requests).
+torch._dynamo where the run's chapters need it) once, and forks each sandboxed kernel of a grading run from that
+state (template.py starts it for the run; its workers send it the requests).
 
 A kernel forked from here is what launch.py would have made, without its seconds of imports: for each request
 the template forks a child that joins the namespaces of the sandbox bubblewrap made for the notebook (through
