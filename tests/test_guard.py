@@ -285,6 +285,10 @@ def test_a_lineage_lists_python_numbers_and_marks_comparisons_with_tables():
     assert f"aten.lt{guard.THRESHOLDS}:bool" in bits
     nan_test = lineage(lambda v: torch.where((v.view(torch.int32) & 0x7FFFFFFF) > 0x7F800000, v, v * 2))
     assert not [e for e in nan_test if guard.THRESHOLDS in e]
+    # the low bits against a bound of two values (0x7FFF plus the kept bit): rounding's own test, no search
+    lsb = torch.tensor([0, 1, 1, 0, 1, 0], dtype=torch.int32)
+    ties = lineage(lambda v: torch.where((v.view(torch.int32) & 0xFFFF) > 0x7FFF + lsb, v, v * 2))
+    assert not [e for e in ties if guard.THRESHOLDS in e]
 
 
 TRACED = registry.exercise("testing.traced", points=1, needs=("f",), forbid=("torch._C._is_alias_of",))
