@@ -358,6 +358,23 @@ def entry_operator(entry: str) -> tuple[str, str]:
     return op.removeprefix("aten.").strip("_"), dtype
 
 
+def lineage_text(lineage: Iterable[str], most: int) -> str:
+    """The first `most` entries of a lineage, sorted, without aten's namespace: what a message says values came
+    from ("bitwise_and:int32, mm:float32")."""
+    return ", ".join(e.removeprefix("aten.") for e in sorted(lineage)[:most])
+
+
+def unseen_values(lineage: Iterable[str]) -> str:
+    """What a check's message says of values that reached the result from outside the trace (UNSEEN entries), or ""
+    where none did."""
+    unseen = sorted({dtype for op, dtype in map(entry_operator, lineage) if op == UNSEEN})
+    if not unseen:
+        return ""
+    return (f"the result's values include {' and '.join(unseen)} values that no traced torch operation made during "
+            "the call: a tensor built from Python numbers or NumPy (torch.tensor(...), torch.from_numpy), or one made "
+            "before the call or in another thread")
+
+
 def _empty(t: torch.Tensor) -> bool:
     """Whether it holds no element (not: cannot say, as a nested tensor may not)."""
     try:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from grader.expect import (OWN_COUNTER, CheckFailure, at_sizes_no_tensor_can_hold, call, describe, expect, expect_equal,
                            expect_int, expect_tensor, expect_tensor_like, factor_hint, fail)
-from grader.guard import MOVES, NUMBERS, UNSEEN, UNTRACED, entry_operator
+from grader.guard import MOVES, NUMBERS, UNSEEN, UNTRACED, entry_operator, lineage_text, unseen_values
 from grader.registry import exercise
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -112,14 +112,11 @@ def expect_computed(lineage: set[str], what: str, got: torch.Tensor) -> None:
     NumPy put into a tensor: work out of the trace's sight is unmeasured, so finite differences could hide there.
     `got`: the result, whose values numbers worked out in Python and put back one by one equal."""
     ops = [entry_operator(e) for e in sorted(lineage)]
-    unseen = sorted({dtype for op, dtype in ops if op == UNSEEN})
-    if unseen:
-        fail(f"{what}: the result's values include {' and '.join(unseen)} values that no traced torch operation made "
-             "during the call: a tensor built from Python numbers or NumPy (torch.tensor(...), torch.from_numpy), or "
-             f"one made before the call or in another thread. {DERIVE}, inside the function")
+    if unseen := unseen_values(lineage):
+        fail(f"{what}: {unseen}. {DERIVE}, inside the function")
     if not any(op not in (UNSEEN, NUMBERS) and op not in _MOVES for op, _ in ops):
-        came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in sorted(lineage)[:6])} only"
-                if lineage else "no tensor operation made its values")
+        came = (f"its values came from {lineage_text(lineage, 6)} only" if lineage
+                else "no tensor operation made its values")
         fail(f"{what} computed its values outside torch ({came}): numbers taken out with .tolist() or .item() and "
              f"put back into a tensor (torch.tensor(...), g[i, j] = value). {DERIVE} (matrix products)")
     size = got.numel()

@@ -8,7 +8,7 @@ import types
 import torch
 
 from grader.expect import call, describe, expect, expect_tensor_like, expect_type, fail
-from grader.guard import MOVES, THRESHOLDS, UNSEEN, UNTRACED, entry_operator, resolve
+from grader.guard import MOVES, THRESHOLDS, UNSEEN, UNTRACED, entry_operator, lineage_text, resolve, unseen_values
 from grader.registry import exercise
 from grader.scenario import tracing
 
@@ -164,15 +164,11 @@ def expect_integer_method(lineage: set[str], what: str) -> None:
     if arithmetic:
         fail(f"{what} rounded with floating-point arithmetic ({', '.join(arithmetic[:8])}): do the rounding with "
              "integer operations on x.view(torch.int32), as the exercise asks")
-    unseen = sorted(dtype for op, dtype in map(entry_operator, ops) if op == UNSEEN)
-    if unseen:
-        fail(f"{what}: the result's values include {' and '.join(unseen)} values that no traced torch operation "
-             "made during the call: a tensor built from Python numbers or NumPy (torch.tensor(...), "
-             "torch.from_numpy), or one made before the call or in another thread; compute the result from "
-             "x.view(torch.int32) with torch's integer operations, inside the function")
+    if unseen := unseen_values(lineage):
+        fail(f"{what}: {unseen}; compute the result from x.view(torch.int32) with torch's integer operations, inside "
+             "the function")
     if not any(op in _BIT_OPS and dtype.startswith(("int", "uint")) for op, dtype in map(entry_operator, ops)):
-        came = (f"its values came from {', '.join(e.removeprefix('aten.') for e in ops[:8])}" if ops
-                else "no tensor operation made its values")
+        came = f"its values came from {lineage_text(ops, 8)}" if ops else "no tensor operation made its values"
         fail(f"{what} computed its result without integer bit operations on x.view(torch.int32) ({came}): round "
              "the bits themselves, with integer operations on the int32 view")
 

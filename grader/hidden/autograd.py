@@ -13,6 +13,7 @@ from grader.exercises.autograd import (ACCUMULATE_STEP, DERIVE, GRADIENT_NORM_PE
                                        expect_made_of_vjps, expect_no_trace, expect_one_backward, expect_penalty,
                                        expect_penalty_flops, expect_silu, expect_vjp)
 from grader.expect import expect, expect_tensor, fail
+from grader.guard import lineage_text
 from grader.inputs import layouts, randint
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import autograd as scenarios
@@ -66,7 +67,7 @@ def computed_from_its_arguments(linear_loss_grad):
     expect_tensor(got, want, what, rtol=1e-5, atol=1e-5)
     expect_computed(trace.lineage, what, got)
     if scenarios.LINEAR_MARK not in trace.lineage:
-        came = ", ".join(e.removeprefix("aten.") for e in sorted(trace.lineage)[:6]) or "no tensor operation"
+        came = lineage_text(trace.lineage, 6) or "no tensor operation"
         fail(f"{what}: the result's values were not computed from target (and x and w) by torch operations (they "
              f"came from {came}): numbers computed in Python (.tolist(), .item()) and put back into tensors do not "
              f"count. {DERIVE}")

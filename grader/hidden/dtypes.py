@@ -7,6 +7,7 @@ from grader.exercises.dtypes import (KAHAN_SUM, ROUND_TO_BF16, SEQUENTIAL_SUM, S
                                      bits_to_float32, expect_new_state, expect_rounded, expect_rounded_result,
                                      expect_subnormal, expect_sum)
 from grader.expect import expect_type, fail
+from grader.guard import lineage_text
 from grader.inputs import layouts, randint
 from grader.scenario import run_scenario, tracing
 from grader.scenarios import dtypes as scenarios
@@ -144,7 +145,7 @@ def computed_from_x(round_to_bf16):
         got = run_scenario(scenarios.round_marked, round_to_bf16, x.clone())
     expect_rounded_result(x, got, trace, what)
     if scenarios.MARK not in trace.lineage:
-        came = ", ".join(e.removeprefix("aten.") for e in sorted(trace.lineage)[:8]) or "no tensor operation"
+        came = lineage_text(trace.lineage, 8) or "no tensor operation"
         fail(f"{what}: the result's values did not come from x through torch operations (they came from {came}): "
              "a tensor rebuilt from NumPy or Python numbers (torch.from_numpy, torch.tensor(...)), or one made where "
              "the grader cannot see, does not count; compute the result from x.view(torch.int32) with torch's "
