@@ -614,6 +614,22 @@ def hooks_are_removed_when_forward_raises(activation_shapes):
     expect_no_hooks(got, what)
 
 
+SCALED_SHAPES = {"0": (4, 6), "1": (4, 6), "2": (4, 6), "2.0": (4, 6), "2.1": (4, 6), "3": (4, 2)}
+
+
+@ACTIVATION_SHAPES.check
+def shapes_come_from_forward_hooks(activation_shapes):
+    """each submodule's output is read by a forward hook: no replaced forward or __call__"""
+    got = run_scenario(scenarios.shapes_report, activation_shapes, "scaled", [3, 6, 2], torch.randn(4, 3), 0)
+    what = ("activation_shapes(Sequential(Linear(3, 6), Scaled(2.0), Sequential(Scaled(0.5), ReLU()), Linear(6, 2)), "
+            "x of shape (4, 3))")
+    expect(not got["unhooked"], f"{what}: the Scaled module(s) {got['unhooked']} ran with no forward hook attached; "
+                                "read each output in a forward hook (module.register_forward_hook), as the exercise "
+                                "asks, not by replacing forward or __call__")
+    expect_shapes(got["shapes"], SCALED_SHAPES, what)
+    expect_no_hooks(got, what)
+
+
 @ACTIVATION_SHAPES.check
 def shared_and_unused_modules(activation_shapes):
     """a module called twice keeps its last call's shape; a module never called is absent"""

@@ -193,6 +193,29 @@ class Nested(nn.Module):
         return self.body(x * self.scale)
 
 
+_RAN = []  # (Scaled module, whether a forward hook was attached when its forward ran), for shapes_report
+
+
+class Scaled(nn.Module):
+    """x * factor; notes whether a forward hook (its own or a global one) was attached when its forward ran: however
+    activation_shapes reaches the outputs, this forward runs, and a method without hooks shows here."""
+
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        hooked = bool(self.__dict__.get("_forward_hooks")) or bool(_module_module._global_forward_hooks)
+        _RAN.append((self, hooked))
+        return x * self.factor
+
+
+def scaled_chain(dim_in, dim, dim_out):
+    """Linear, Scaled, then a nested Sequential(Scaled, ReLU) and a Linear: Scaled modules at two depths."""
+    return nn.Sequential(nn.Linear(dim_in, dim), Scaled(2.0), nn.Sequential(Scaled(0.5), nn.ReLU()),
+                         nn.Linear(dim, dim_out))
+
+
 def tied_lm(vocab, dim, bias=False):
     """Embedding and output layer sharing one (vocab, dim) weight, as in GPT-2: Sequential(embedding, head)."""
     embedding = nn.Embedding(vocab, dim)
@@ -227,6 +250,7 @@ MODELS = {
     "tower": Tower,
     "twice": Twice,
     "nested": Nested,
+    "scaled": scaled_chain,
 }
 
 
@@ -514,9 +538,16 @@ def shapes_report(activation_shapes, name, args, x, seed, training=None, eval_mo
     modes_before = _modes(model)
     global_before = global_hooks()
     saved = x.detach().clone()
-    shapes = activation_shapes(model, x)
+    _RAN.clear()
+    try:
+        shapes = activation_shapes(model, x)
+        names = {id(m): n for n, m in _named_modules(model)}
+        unhooked = sorted({names.get(id(m), "?") for m, hooked in _RAN if not hooked})
+    finally:
+        _RAN.clear()
     report = {"shapes": shapes, "hooks": hooks_attached(model), "global_hooks": global_hooks() - global_before,
-              "input_unchanged": _unchanged(x, saved), "modes": {"before": modes_before, "after": _modes(model)}}
+              "input_unchanged": _unchanged(x, saved), "modes": {"before": modes_before, "after": _modes(model)},
+              "unhooked": unhooked}
     del model, shapes
     return report
 
