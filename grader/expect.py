@@ -227,7 +227,9 @@ OWN_COUNTER = "torch.utils._python_dispatch.TorchDispatchMode.__enter__"
 # number in and out. Anything else (a matrix product, a layer, an optimizer's update) is a model run, here or at
 # smaller sizes.
 _ASKING = {"empty", "empty_strided", "zeros", "ones", "full", "scalar_tensor", "lift_fresh", "lift_fresh_copy",
-           "local_scalar_dense", "detach", "alias", "promote_types", "result_type", "can_cast"}
+           "local_scalar_dense", "detach", "alias", "promote_types", "result_type", "can_cast",
+           # a small tensor made some other way, or converted to the dtype asked about (`torch.tensor(0.).to(dtype)`)
+           "_to_copy", "copy", "copy_", "clone", "randn", "rand", "normal_", "uniform_", "arange"}
 
 
 def at_sizes_no_tensor_can_hold(fn: Callable[..., Any], name: str, *, holds: str = "hold more than 2**63 elements",

@@ -641,11 +641,14 @@ class Guard:
                 pass  # an object that takes no attributes (the autograd engine): the profile hook refuses its methods
             else:
                 self._undo.append(functools.partial(_put_back, owner, attr, original, own))
-            if type(original) is types.FunctionType and id(original) not in swapped:
+            # The function and what it wraps (functools.wraps leaves it as __wrapped__: torch's registered FLOP
+            # formulas are wrappers of the raw formula, reachable through it without the wrapper's name).
+            while type(original) is types.FunctionType and id(original) not in swapped:
                 swapped.add(id(original))
                 code = original.__code__
                 original.__code__ = _stand_in_code(statement, len(code.co_freevars))
                 self._undo.append(functools.partial(setattr, original, "__code__", code))
+                original = original.__dict__.get("__wrapped__")
 
     def _install(self, builtins: dict[str, list[tuple[Any, str]]]) -> None:
         """The profile hook: each builtin that Python code calls is compared with the forbidden ones of its name."""

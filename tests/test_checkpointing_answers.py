@@ -260,7 +260,26 @@ def atomic_named_temporary(obj, path):
 
 
 def atomic_buffer_first(obj, path):
-    """Serialize in memory first (a crash there touches no file), then write, sync and rename."""
+    """Serialize in memory first (a crash there touches no file), then write, sync and rename; the temporary file
+    removed if the write fails (a full disk)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    tmp = os.path.join(os.path.dirname(os.fspath(path)), f".{os.path.basename(os.fspath(path))}.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_one_os_write(obj, path):
+    """Buffer first, then one os.write of it: on a full disk os.write writes part of it and returns the count, which
+    nothing checks, so a truncated checkpoint is fsynced and renamed onto path."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     tmp = os.path.join(os.path.dirname(os.fspath(path)), f".{os.path.basename(os.fspath(path))}.{os.getpid()}")
@@ -271,6 +290,49 @@ def atomic_buffer_first(obj, path):
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def atomic_in_place_renamed_onto_itself(obj, path):
+    """Not atomic: the file itself is rewritten (truncated first), then renamed onto itself to look like a publish."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with open(path, "wb") as f:
+        f.write(buffer.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path, path)
+
+
+def atomic_no_cleanup_when_the_write_fails(obj, path):
+    """Pickled in memory first (so a crash while pickling leaves nothing), but a failed write leaves the temporary
+    file behind."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    tmp = os.fspath(path) + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(buffer.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_rng_without_kept_normals(model, optimizer, iteration, path):
+    """Every RNG's main state, but not the normal NumPy and random.gauss keep for their next call (both make normals
+    in pairs): the keys and position of NumPy's state, the 625 words of random's."""
+    _, keys, pos, _has_gauss, _cached = np.random.get_state()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+                "torch": torch.get_rng_state(), "np_keys": torch.from_numpy(keys.astype(np.int64)), "np_pos": int(pos),
+                "py": list(random.getstate()[1])}, path)
+
+
+def load_rng_without_kept_normals(path, model, optimizer):
+    ckpt = torch.load(path, weights_only=True)
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["torch"])
+    np.random.set_state(("MT19937", ckpt["np_keys"].numpy().astype(np.uint32), ckpt["np_pos"]))
+    random.setstate((3, tuple(ckpt["py"]), None))
+    return ckpt["iteration"]
 
 
 def safe_load_device(path):
@@ -913,6 +975,14 @@ def safe_load_unsafe(path):
     return torch.load(path, weights_only=False)
 
 
+def safe_load_wraps_the_refusal(path):
+    """Refuses, but as a ValueError of its own: a caller that catches pickle.UnpicklingError misses it."""
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"unsafe checkpoint: {e}") from e
+
+
 def safe_load_fallback(path):
     try:
         return torch.load(path, weights_only=True)
@@ -934,6 +1004,20 @@ def safe_load_silent(path):
 
 def safe_load_refuses_all(path):
     raise pickle.UnpicklingError("no")
+
+
+def matching_data_assign(model, state_dict):
+    """The same objects, new memory: each matching tensor gets `.data = ` a converted clone, so a view or a
+    state_dict() entry taken before keeps the old values."""
+    names = []
+    tensors = dict(model.named_parameters())
+    tensors.update(dict(model.named_buffers()))
+    for name in model.state_dict():
+        t, src = tensors.get(name), state_dict.get(name)
+        if t is not None and src is not None and tuple(src.shape) == tuple(t.shape):
+            t.data = src.detach().to(t.dtype).clone()
+            names.append(name)
+    return names
 
 
 def matching_by_name(model, state_dict):
@@ -1067,6 +1151,29 @@ def atomic_by_fsspec(obj, path):
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
+
+
+def checkpointed_in_lists(blocks, x, segments):
+    """checkpointed_in_numpy with Python lists: each saved activation packed as (dtype, shape, values) and unpacked
+    with torch.tensor, out of sight of torch's allocations."""
+    blocks = list(blocks)
+    if not 1 <= segments <= len(blocks):
+        raise ValueError("segments must be between 1 and len(blocks)")
+    sizes = [len(blocks) // segments + (i < len(blocks) % segments) for i in range(segments)]
+    h, start = x, 0
+
+    def pack(t):
+        return t.dtype, t.shape, t.detach().reshape(-1).tolist()
+
+    def unpack(packed):
+        dtype, shape, values = packed
+        return torch.tensor(values, dtype=dtype).reshape(shape)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        for size in sizes:
+            for b in blocks[start:start + size]:
+                h = b(h)
+            start += size
+    return h
 
 
 def checkpointed_in_numpy(blocks, x, segments):
@@ -1298,6 +1405,9 @@ WRONG = [
     W("adagrad", AdaGradOwnDict, "state_dict_round_trip",
       "keep all the state in self.state[p]"),  # a dict of its own, which state_dict() never sees
     # save_checkpoint / load_checkpoint
+    # the normal NumPy and random.gauss keep between calls is part of their state (get_state()/getstate() whole)
+    W("save_checkpoint", (save_rng_without_kept_normals, load_rng_without_kept_normals), "resumes_bit_identically",
+      "differ"),
     W("save_checkpoint", (_saver(rngs=()), _loader), "every_rng_restored",
       "torch's RNG alone"),  # no RNG state at all
     W("save_checkpoint", (_saver(rngs=("torch",)), _loader), "every_rng_restored",
@@ -1340,6 +1450,12 @@ WRONG = [
       "only the current GPU's was restored"),  # a loop over the GPUs that reads the current one each time
     # atomic_save
     W("atomic_save", atomic_in_place, "crash_keeps_the_old_file", "writing into path itself"),
+    # a failed write (a full disk), not only a failed pickling: the text asks for the temporary file removed then
+    W("atomic_save", atomic_one_os_write, "a_full_disk_keeps_the_old_file", "no longer holds the old file"),
+    W("atomic_save", atomic_in_place_renamed_onto_itself, "a_full_disk_keeps_the_old_file",
+      "not the old file byte for byte"),
+    W("atomic_save", atomic_no_cleanup_when_the_write_fails, "a_full_disk_keeps_the_old_file",
+      "remove the temporary file when the save fails"),
     W("atomic_save", atomic_no_cleanup, "crash_keeps_the_old_file", "remove the temporary file"),
     W("atomic_save", atomic_in_tmp, "temporary_in_the_same_folder", "outside path's folder"),  # in /tmp
     W("atomic_save", atomic_no_fsync, "temporary_in_the_same_folder", "no os.fsync before os.replace"),
@@ -1375,11 +1491,13 @@ WRONG = [
     # safe_load
     W("safe_load", safe_load_unsafe, "refuses_code", "ran the code hidden"),  # weights_only=False
     W("safe_load", safe_load_fallback, "refuses_code", "never fall back"),  # weights_only=False when True refuses
+    W("safe_load", safe_load_wraps_the_refusal, "refuses_code", "let torch's own pickle.UnpicklingError propagate"),
     W("safe_load", safe_load_pickle, "loads_tensors_and_state_dicts",
       "raised UnpicklingError"),  # pickle.load cannot read torch's format
     W("safe_load", safe_load_silent, "refuses_code", "it must raise"),  # returns None instead of refusing
     W("safe_load", safe_load_refuses_all, "loads_tensors_and_state_dicts", "raised UnpicklingError: no"),
     # load_matching
+    W("load_matching", matching_data_assign, "copies_matching_names_and_shapes", "new memory (`.data = ...`"),
     W("load_matching", matching_by_name, "copies_matching_names_and_shapes",
       "must match the size of tensor b", status=ERROR),  # raises on a shape mismatch
     W("load_matching", matching_strict_false, "copies_matching_names_and_shapes",
@@ -1453,6 +1571,7 @@ REFUSED = [
     W("adagrad", _adagrad(_adagrad_private_kernel), "one_parameter",
       "not call torch.optim.adagrad._single_tensor_adagrad"),  # eps moved inside the root by hand
     W("checkpointed_forward", checkpointed_in_numpy, "same_output_and_gradients", "not call torch.Tensor.numpy"),
+    W("checkpointed_forward", checkpointed_in_lists, "same_output_and_gradients", "not call torch.Tensor.tolist"),
     # checkpoint_sequential under another name (bound before any check): the forbid reaches it through its code
     W("checkpointed_forward", checkpointed_by_the_library, "same_output_and_gradients",
       "not call torch.utils.checkpoint.checkpoint_sequential"),
@@ -1524,6 +1643,19 @@ def atomic_exception_only(obj, path):
 
 def atomic_in_place(obj, path):
     torch.save(obj, path)
+
+def atomic_one_os_write(obj, path):
+    import io
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    tmp = str(path) + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, buffer.getvalue())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 def atomic_in_tmp(obj, path):
     fd, tmp = tempfile.mkstemp()
@@ -1666,7 +1798,8 @@ SOLVED = {"adagrad": ["AdaGrad"], "save_checkpoint": ["save_checkpoint", "load_c
 KERNEL_WRONG_NAMES = [("adagrad", ["AdaGradOutside"]), ("save_checkpoint", ["save_without_rng", "load_without_rng"]),
                       ("save_checkpoint", ["save_checkpoint", "load_one_late"]),
                       ("save_checkpoint", ["save_in_memory", "load_in_memory"]), ("atomic_save", ["atomic_in_place"]),
-                      ("atomic_save", ["atomic_in_tmp"]), ("safe_load", ["safe_load_fallback"]),
+                      ("atomic_save", ["atomic_in_tmp"]), ("atomic_save", ["atomic_one_os_write"]),
+                      ("safe_load", ["safe_load_fallback"]),
                       ("load_matching", ["matching_by_name"]), ("checkpointed_forward", ["checkpointed_last_plain"]),
                       ("checkpoint_interval", ["interval_daly"])]
 
@@ -1720,6 +1853,8 @@ def test_in_a_grading_kernel_solutions_pass_wrong_answers_fail_stubs_are_not_imp
             ("atomic_save", ["atomic_fsync_first"], "temporary_in_the_same_folder", "fsynced when it held 0 bytes"),
             ("atomic_save", ["atomic_exception_only"], "an_interrupt_keeps_the_old_file",
              "a KeyboardInterrupt is not an Exception"),
+            # the file size limit (a full disk) is set in the kernel, not only in this process
+            ("atomic_save", ["atomic_one_os_write"], "a_full_disk_keeps_the_old_file", "no longer holds the old file"),
             ("checkpointed_forward", ["checkpointed_keeps_a_list"], "keeps_only_segment_boundaries", "8.0 activations"),
             ("save_checkpoint", ["save_in_memory", "load_in_memory"], "one_file_that_loads_with_weights_only",
              "the model's 0.weight, as it was at the save, is nowhere")]:

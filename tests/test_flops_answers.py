@@ -457,6 +457,12 @@ def matmul_by_formula(m, k, n):
     return torch.utils.flop_counter.mm_flop([m, k], [k, n])
 
 
+def matmul_by_unwrapped_formula(m, k, n):
+    """mm_flop's raw formula, reached through the registry's functools.wraps attribute instead of its name."""
+    from torch.utils.flop_counter import flop_registry
+    return flop_registry[torch.ops.aten.mm].__wrapped__((m, k), (k, n))
+
+
 def matmul_through_floats(m, k, n):
     """A detour through floats: exact up to 2**53, wrong beyond."""
     return int(2.0 * m * k * n)
@@ -480,11 +486,23 @@ def ridge_without_none(d_model, bytes_per_element, peak, bandwidth):
     return max(1, math.ceil(crossing)) if crossing > 0 else None
 
 
+def ridge_scan_to_a_million(d_model, bytes_per_element, peak, bandwidth):
+    """What a search from batch 1 that stops at 10**6 returns: the right batch up to a million, None beyond it
+    (worked out here by the formula, in exact fractions, so the test does not run the million steps)."""
+    ridge = Fraction(peak) / Fraction(bandwidth)
+    e, d = bytes_per_element, d_model
+    if Fraction(d, e) <= ridge:
+        return None
+    batch = max(1, math.ceil(ridge * e * d / (2 * (d - ridge * e))))
+    return batch if batch <= 10**6 else None
+
+
 # whole-job shortcuts: torch's counter (any size runs on the meta device) and its formula; the first public check
 # fails, naming the call, under the name the notebook imported it by and under its module path
 SHORTCUTS = [
     W("matmul_flops", matmul_counted, "small_matmuls", "not call torch.utils.flop_counter.FlopCounterMode"),
     W("matmul_flops", matmul_by_formula, "small_matmuls", "not call torch.utils.flop_counter.mm_flop"),
+    W("matmul_flops", matmul_by_unwrapped_formula, "small_matmuls", "not call torch.utils.flop_counter.mm_flop"),
     W("mlp_flops", mlp_counter_on_meta, "one_hidden_layer", "not call torch.utils.flop_counter.FlopCounterMode"),
     W("transformer_flops", transformer_counted_on_meta, "a_tiny_model",
       "must do this itself, not call torch.utils.flop_counter.FlopCounterMode"),
@@ -623,6 +641,8 @@ WRONG = [
     W("ridge_batch", lambda d, e, p, b: math.ceil(p / b * e * d / (2 * (d - p / b * e))),
       "too_narrow_to_reach_the_ridge", "return None"),
     W("ridge_batch", ridge_without_none, "exactly_at_the_ridge", "division by zero", status=ERROR),
+    # a search from batch 1 that gives up at a million says "never" where the crossing is later
+    W("ridge_batch", ridge_scan_to_a_million, "a_crossing_past_a_million", "returned None; batch 2,785,637 reaches"),
     W("ridge_batch", lambda d, e, p, b: math.ceil(p / b * e / 2), "an_h100_in_bf16", "still below the ridge"),
     W("ridge_batch", lambda d, e, p, b: None if d / e <= p / b else
       float(ridge_by_formula(d, e, p, b)), "an_h100_in_bf16", "should be a Python int, got the float"),

@@ -141,6 +141,29 @@ def seed_all_cuda(seed):
     torch.cuda.manual_seed_all(seed)
 
 
+def seed_cuda_if_there(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def _seed_cpu_generator_only(seed):
+    """torch's CPU generator alone: no GPU's generator is seeded (torch.manual_seed would seed them too)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.default_generator.manual_seed(seed)
+
+
+def _seed_current_gpu_only(seed):
+    """torch.cuda.manual_seed seeds the current GPU only; the others keep what training left."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.default_generator.manual_seed(seed)
+    torch.cuda.manual_seed(seed)
+
+
 def seed_and_deterministic(seed):
     torch.random.manual_seed(seed)
     np.random.seed(seed % 2**32)
@@ -185,6 +208,7 @@ CORRECT = [
     ("init_mixture_", mixture_d2l), ("init_mixture_", mixture_index_assignment), ("init_mixture_", mixture_data),
     ("init_mixture_", mixture_multinomial),
     ("seed_everything", seed_all_cuda), ("seed_everything", seed_and_deterministic),
+    ("seed_everything", seed_cuda_if_there),
 ]
 
 
@@ -686,6 +710,9 @@ WRONG = [
     W("seed_everything", _seed_ignores_argument, "different_seeds_differ",
       "seed torch with the seed you were given (torch.manual_seed), not a constant"),
     W("seed_everything", _seed_no_random, "same_seed_same_numbers", "must seed random too (random.seed)"),
+    # every GPU's generator too (2 simulated GPUs: this machine may have none)
+    W("seed_everything", _seed_cpu_generator_only, "every_gpu_seeded", "the generator of GPU 0 was not the same"),
+    W("seed_everything", _seed_current_gpu_only, "every_gpu_seeded", "the generator of GPU 1 was not the same"),
     W("seed_everything", _seed_default_rng, "same_seed_same_numbers", "must seed numpy too (np.random.seed)"),
     W("seed_everything", _seed_local_torch_generator, "same_seed_same_numbers",
       "must seed torch too (torch.manual_seed)"),

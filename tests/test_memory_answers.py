@@ -56,6 +56,23 @@ def nbytes_one_element(shape, dtype):
     return int(math.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
 
 
+def nbytes_converted_element(shape, dtype):
+    """The element size of an empty float32 tensor converted to dtype (a _to_copy: still only asking torch)."""
+    return int(math.prod(shape)) * torch.empty(0).to(dtype).element_size()
+
+
+def training_converted_scalar(num_params, num_activations, optimizer, dtype=torch.float32):
+    states = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}[optimizer] if optimizer in (
+        "sgd", "momentum", "adagrad", "adam") else None
+    if states is None:
+        raise ValueError(optimizer)
+    size = torch.randn(1).to(dtype).element_size()  # a drawn number, converted: its size is the dtype's
+    out = {"params": num_params * size, "grads": num_params * size, "optimizer_state": states * num_params * size,
+           "activations": num_activations * size}
+    out["total"] = sum(out.values())
+    return out
+
+
 def training_table(num_params, num_activations, optimizer, dtype=torch.float32):
     table = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
     if optimizer not in table:
@@ -144,7 +161,9 @@ CORRECT = [
     ("get_memory_usage", lambda x: x.nbytes),
     ("get_memory_usage", lambda x: math.prod(x.shape) * x.dtype.itemsize),
     ("tensor_nbytes", nbytes_itemsize), ("tensor_nbytes", nbytes_one_element),
+    ("tensor_nbytes", nbytes_converted_element),
     ("training_memory", training_table), ("training_memory", training_match),
+    ("training_memory", training_converted_scalar),
     ("max_params", lambda memory_bytes, bytes_per_param: int(memory_bytes // bytes_per_param)),
     ("max_params", lambda m, b: math.floor(m // b)),  # m // b is a float when either is: floor makes it an int
     ("max_params", lambda m, b: int(divmod(m, b)[0])),
@@ -505,6 +524,17 @@ def batch_clamped_start(data, batch_size, context_length, device):
     return window[:, :-1].to(device), window[:, 1:].to(device)
 
 
+def batch_rounded_start(data, batch_size, context_length, device):
+    """A uniform float rounded to the nearest start: the first and last starts get half the share of the others."""
+    last = len(data) - context_length - 1
+    if last < 0:
+        raise ValueError("too short")
+    starts = torch.round(torch.rand(batch_size, dtype=torch.float64) * last).long()
+    rows = starts[:, None] + torch.arange(context_length + 1)
+    window = torch.from_numpy(data)[rows].long()
+    return window[:, :-1].to(device), window[:, 1:].to(device)
+
+
 def training_through_floats(num_params, num_activations, optimizer, dtype=torch.float32):
     """Bytes per value as a float (bits / 8), the products turned back into ints: exact until 2**53, then not."""
     states = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2}
@@ -659,6 +689,7 @@ WRONG = [
     W("get_batch", batch_ignores_device, "on_the_device_asked_for", "move x and y to `device`"),
     W("get_batch", batch_same_every_call, "each_row_its_own_start", "starts must be independent"),
     W("get_batch", batch_clamped_start, "starts_are_uniform", "start 15 came up"),
+    W("get_batch", batch_rounded_start, "starts_are_uniform", "came up only"),
     # uint16 ids read as int16: GPT-2's ids of 32768 and above come out negative (the checks' ids end at 65535)
     W("get_batch", batch_int16_view, "windows_and_targets", "ids of 32768 and above came out negative"),
     W("get_batch", batch_int16_astype, "windows_and_targets", "never as int16"),

@@ -898,6 +898,13 @@ def too_narrow_to_reach_the_ridge(ridge_batch):
 
 
 @RIDGE_BATCH.check
+def a_crossing_past_a_million(ridge_batch):
+    """d_model 591 in bfloat16 at 989.82 TFLOP/s and 3.35 TB/s: batch 2,785,637 (a search that stops at a million
+    says None)"""
+    expect_ridge_batch(ridge_batch, 591, 2, 989.82e12, 3.35e12, 2_785_637)
+
+
+@RIDGE_BATCH.check
 def exactly_at_the_ridge(ridge_batch):
     """ridge 100 FLOP/byte (1e12 FLOP/s, 1e10 B/s), 2-byte elements: d_model 400 reaches it at batch 200, 200 never
 

@@ -81,7 +81,11 @@ def call_with_keywords(fn, args: tuple, kwargs: dict, what: str, signature: str)
 
 def expect_close(got: float, want: float, what: str, rel: float = 1e-9) -> None:
     if not math.isclose(got, want, rel_tol=rel, abs_tol=0.0):
-        fail(f"{what} returned {got!r}, expected {want!r}{factor_hint(got, want)}")
+        # float32 keeps about 7 digits: an answer computed in a float32 tensor is off by up to 6e-8 of itself
+        single = math.isclose(got, want, rel_tol=1.2e-7, abs_tol=0.0)
+        hint = ("; that is the value rounded to float32 (a tensor's default dtype): compute it with Python floats "
+                "(math.sqrt), which are float64" if single else factor_hint(got, want))
+        fail(f"{what} returned {got!r}, expected {want!r}{hint}")
 
 
 # ---------------------------------------------------------------- default_linear_bound
@@ -787,6 +791,22 @@ def same_seed_same_numbers(seed_everything):
     expect_repeats(draws, seeds, 0, 1)
     expect_repeats(draws, seeds, 2, 3)
     expect_repeats(draws, seeds, 4, 5)
+
+
+@SEED_EVERYTHING.check
+def every_gpu_seeded(seed_everything):
+    """on a machine with 2 GPUs (simulated), each GPU's generator repeats after the same seed, whatever state training
+    left it in, and differs after another"""
+    seeds = [7, 7, 8]
+    states = run_scenario(scenarios.seed_gpu_states, seed_everything, seeds, 2)
+    for gpu in range(2):
+        expect(states[0][gpu] == states[1][gpu],
+               f"on a machine with 2 GPUs (simulated), the generator of GPU {gpu} was not the same after "
+               f"seed_everything(7) twice: seed every GPU's generator (torch.cuda.manual_seed_all(seed), which "
+               "torch.manual_seed(seed) also does; torch.cuda.manual_seed seeds the current GPU only)")
+        expect(states[1][gpu] != states[2][gpu],
+               f"on a machine with 2 GPUs (simulated), seed_everything(7) and seed_everything(8) left GPU {gpu}'s "
+               "generator in the same state: seed it with the seed you were given")
 
 
 def standard_draws(seed: int, n: int = 4) -> dict[str, list[float]]:

@@ -417,27 +417,34 @@ def each_row_its_own_start(get_batch):
 
 
 def expect_uniform_starts(get_batch, seed: int) -> None:
-    """800 rows from 20 tokens with context 4: none of the 16 starts turns up 100 times, where each expects 50.
+    """6,400 rows from 20 tokens with context 4: each of the 16 starts turns up between 250 and 600 times, where each
+    expects 400.
 
-    A uniform draw reaches 100 with probability below 1e-9 over all 16 starts (binomial tail); a draw clamped to the
-    last start (randint(0, len(data)).clamp(max=...)) puts a quarter of all rows there, about 200."""
+    A uniform draw leaves that band with probability below 1e-12 over all 16 starts (binomial tails, sd 19.4); a
+    draw clamped to the last start (randint(0, len(data)).clamp(max=...)) puts a quarter of all rows there, about
+    1,600; a rounded uniform draw (round(rand() * last)) gives the first and last starts half a share, about 213."""
     tokens = token_ids(20)
-    what = "get_batch(memmap of 20 tokens, 8, 4, 'cpu')"
-    out = run_scenario(scenarios.batches, get_batch, tokens, 8, 4, 100, seed)
-    expect_batches(out, tokens, 8, 4, what)
+    what = "get_batch(memmap of 20 tokens, 64, 4, 'cpu')"
+    out = run_scenario(scenarios.batches, get_batch, tokens, 64, 4, 100, seed)
+    expect_batches(out, tokens, 64, 4, what)
     counts = [0] * 16
     for x, _ in out:
         for start in x[:, 0].tolist():
             counts[start - tokens[0]] += 1
-    worst = max(range(16), key=counts.__getitem__)
-    expect(counts[worst] < 100, f"{what}: in 800 rows, start {worst} came up {counts[worst]} times, where each of the "
-                                "16 starts should come up about 50: starts must be uniform (a start clamped into range "
-                                "piles the clamped draws onto the last one)")
+    most = max(range(16), key=counts.__getitem__)
+    expect(counts[most] < 600, f"{what}: in 6,400 rows, start {most} came up {counts[most]} times, where each of the "
+                               "16 starts should come up about 400: starts must be uniform (a start clamped into "
+                               "range piles the clamped draws onto the last one)")
+    least = min(range(16), key=counts.__getitem__)
+    expect(counts[least] >= 250, f"{what}: in 6,400 rows, start {least} came up only {counts[least]} times, where each "
+                                 "of the 16 starts should come up about 400: starts must be uniform (rounding a "
+                                 "uniform float to the nearest start gives the first and last starts half a share; "
+                                 "draw integers, e.g. torch.randint(0, last + 1, ...))")
 
 
 @GET_BATCH.check
 def starts_are_uniform(get_batch):
-    """every start is equally likely: none of 16 starts comes up 100 times in 800 rows (about 50 each)"""
+    """every start is equally likely: each of 16 starts comes up 250 to 600 times in 6,400 rows (about 400 each)"""
     expect_uniform_starts(get_batch, 11)
 
 

@@ -51,6 +51,7 @@ from torch.utils._pytree import tree_leaves
 from . import common
 
 _save, _load = torch.save, torch.load
+_data_ptr = torch.Tensor.data_ptr
 _manual_seed = torch.manual_seed
 _randn = torch.randn
 _from_numpy = torch.from_numpy
@@ -63,7 +64,7 @@ _Adam, _SGD = torch.optim.Adam, torch.optim.SGD
 _OPTIMIZERS = {"adam": lambda ps: _Adam(ps, lr=0.02), "sgd_momentum": lambda ps: _SGD(ps, lr=0.05, momentum=0.9)}
 _np_seed, _np_normal = np.random.seed, np.random.standard_normal
 _np_get_state, _np_set_state = np.random.get_state, np.random.set_state
-_py_seed, _py_random = random.seed, random.random
+_py_seed, _py_random, _py_gauss = random.seed, random.random, random.gauss
 _py_getstate, _py_setstate = random.getstate, random.setstate
 _mkdtemp, _rmtree, _listdir = tempfile.mkdtemp, shutil.rmtree, os.listdir
 _join, _dirname, _exists = os.path.join, os.path.dirname, os.path.exists
@@ -320,15 +321,18 @@ def _seed_all(seed):
 
 
 def _train(model, opt, start, stop, x0, y0, sources):
-    """Steps start..stop-1: batches drawn from the RNGs named in `sources`, targets that depend on the step."""
+    """Steps start..stop-1: batches drawn from the RNGs named in `sources`, targets that depend on the step.
+
+    Each step draws an odd number of NumPy normals and one random.gauss: both make normals in pairs and keep the
+    second for the next call, so after an odd number of steps that kept normal is part of the state to save."""
     for it in range(start, stop):
         x = x0
         if "torch" in sources:
             x = x + _randn(tuple(x0.shape))
         if "numpy" in sources:
-            x = x + _from_numpy(_np_normal(size=tuple(x0.shape))).to(x0.dtype)
+            x = x + _from_numpy(_np_normal(size=tuple(x0.shape))).to(x0.dtype) + 0.01 * float(_np_normal())
         if "random" in sources:
-            x = x * (0.5 + _py_random())
+            x = x * (0.5 + _py_random()) + 0.01 * _py_gauss(0.0, 1.0)
         loss = _mse(model(x), y0 * (1.0 + 0.1 * it))
         opt.zero_grad()
         loss.backward()
@@ -639,11 +643,37 @@ class _Crash:
         raise CrashDuringSave("simulated crash in the middle of the save")
 
 
+FULL_AT = 64 * 1024  # a "full disk": writing a file past this many bytes fails (OSError, errno EFBIG)
+
+
+@contextlib.contextmanager
+def _disk_full_at(size):
+    """Until the block ends, no file of this process grows past `size` bytes: a write past it fails as a full disk
+    would (the file size limit, RLIMIT_FSIZE, with SIGXFSZ ignored so that the write fails instead of the process).
+    Yields False where that cannot be set (no resource module, or not the main thread)."""
+    try:
+        import resource
+        import signal
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    except (ImportError, AttributeError, ValueError, OSError):
+        yield False
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size if hard == resource.RLIM_INFINITY else min(size, hard), hard))
+        yield True
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
 def atomic_run(atomic_save, ops, existing, subfolder, name, as_pathlib):
     """atomic_save called once per op on one path in a fresh folder (which holds `existing`, saved first, unless it
-    is None). An op is ("save", payload), ("crash", payload) or ("interrupt", payload): the last two save the payload
-    plus an object whose pickling raises (CrashDuringSave, or InterruptDuringSave as Ctrl-C would). After each op: what it raised, what the folder and the file held during and after the call,
-    and the renames and fsyncs it made, in order."""
+    is None). An op is ("save", payload), ("crash", payload), ("interrupt", payload) or ("full", payload): crash and
+    interrupt save the payload plus an object whose pickling raises (CrashDuringSave, or InterruptDuringSave as
+    Ctrl-C would); full saves it while no file may grow past FULL_AT bytes (a full disk: the write fails). After each
+    op: what it raised, what the folder and the file held during and after the call, and the renames and fsyncs it
+    made, in order."""
     root = _mkdtemp(prefix="grader-atomic-")
     try:
         folder = _join(root, subfolder) if subfolder else root
@@ -656,23 +686,27 @@ def atomic_run(atomic_save, ops, existing, subfolder, name, as_pathlib):
         for kind, payload in ops:
             before = _read(path)
             seen = []
-            obj = payload if kind == "save" else dict(payload, crash=_Crash(path, seen, kind == "interrupt"))
-            raised, returned = None, None
-            with _watch() as events:
+            obj = payload if kind in ("save", "full") else dict(payload, crash=_Crash(path, seen, kind == "interrupt"))
+            raised, returned, limited = None, None, None
+            full = _disk_full_at(FULL_AT) if kind == "full" else contextlib.nullcontext()
+            with _watch() as events, full as limited:
                 try:
                     returned = atomic_save(obj, target)
                 except NotImplementedError:  # a stub stays a stub: not an exception to record
                     raise
                 except (Exception, InterruptDuringSave) as e:  # the student's (or the crash's) exception, as data
+                    # a full disk: any exception (torch.save reports the failed write as a RuntimeError of its own)
                     crash = InterruptDuringSave if kind == "interrupt" else CrashDuringSave
-                    raised = {"type": type(e).__name__, "crash": type(e) is crash, "text": _error(e)}
+                    raised = {"type": type(e).__name__, "crash": kind == "full" or type(e) is crash,
+                              "text": _error(e)}
             loaded = None
             if _exists(path):
                 try:
                     loaded = {"value": _load(path, weights_only=True)}
                 except Exception as e:
                     loaded = {"error": _error(e)}
-            report.append({"kind": kind, "before": before, "raised": raised, "during": seen, "events": list(events),
+            report.append({"kind": "save" if limited is False else kind, "before": before,  # no limit: a save
+                           "raised": raised, "during": seen, "events": list(events),
                            "listing": sorted(_listdir(folder)), "after": _read(path), "loaded": loaded,
                            "returned": type(returned).__name__})
             del obj, returned
@@ -811,17 +845,20 @@ def matching_run(load_matching, spec, seed, source, ordered):
     model = common.build(spec, seed)
     before = _values(model)
     objects = dict(model.state_dict(keep_vars=True))
+    memory = {k: _data_ptr(v) for k, v in objects.items()}
     given = (collections.OrderedDict if ordered else dict)((k, _clone(v)) for k, v in source.items())
     names = load_matching(model, given)
     after = _values(model)
     now = dict(model.state_dict(keep_vars=True))
     same_objects = list(now) == list(objects) and all(now[k] is v for k, v in objects.items())
+    # the same objects, and each still on its own memory (`p.data = new` keeps the object, not the memory)
+    moved = sorted(k for k, v in objects.items() if _data_ptr(v) != memory[k])
     source_after = {k: _clone(v) for k, v in given.items()}
     with _no_grad():
         for v in given.values():
             v.add_(100)
     report = {"names": names, "before": before, "after": after, "after_source_changed": _values(model),
-              "same_objects": same_objects, "source_after": source_after,
+              "same_objects": same_objects, "moved": moved, "source_after": source_after,
               "requires_grad": {k: bool(p.requires_grad) for k, p in model.named_parameters()}}
     del model, objects, given, now, names
     return report

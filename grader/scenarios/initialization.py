@@ -122,6 +122,32 @@ def _draw(n):
     return draws
 
 
+def seed_gpu_states(seed_everything, seeds, count):
+    """seed_everything(seed) for each seed in turn on a machine with `count` simulated GPUs (chapter 08's simulated
+    CUDA generators, on chapter 09's simulated devices), each GPU's generator moved to a random state before each
+    call, as training would leave it: every GPU generator's state (its bytes) after each call. The CPU generators'
+    states are restored afterwards."""
+    from . import checkpointing as simulated  # installed beside this module in a grading kernel: taken when used
+
+    gpus = [simulated._SimulatedGenerator(state) for state in simulated._random_states(count, 0)]
+    torch_state, np_state, py_state = _get_rng_state(), _np_get_state(), _py_getstate()
+    det, warn = _det_enabled(), _det_warn_only()
+    try:
+        out = []
+        with simulated._on_gpus(gpus, (seed_everything,)):
+            for k, seed in enumerate(seeds):
+                simulated._move_on(gpus, 1000 + k)
+                seed_everything(seed)
+                out.append([g.get_state().tolist() for g in gpus])
+        return out
+    finally:
+        _set_rng_state(torch_state)
+        _np_set_state(np_state)
+        _py_setstate(py_state)
+        if (_det_enabled(), _det_warn_only()) != (det, warn):
+            _use_det(det, warn_only=warn)
+
+
 def seed_draws(seed_everything, seeds, n=4):
     """For each seed in turn: seed_everything(seed), then n numbers from torch, numpy, random (and CUDA when
     present), and under "returned" None or the type name of what seed_everything returned. Every generator's
