@@ -12,6 +12,7 @@ seed_everything changes global random state, so it is called here, each generato
 each call, and the draws come back as lists of numbers. The scenario puts every generator's state (and the
 deterministic-algorithms setting, which a student's seed_everything may also change) back as it found it.
 """
+import contextlib
 import random
 
 import numpy as np
@@ -122,46 +123,15 @@ def _draw(n):
     return draws
 
 
-def seed_gpu_states(seed_everything, seeds, count):
-    """seed_everything(seed) for each seed in turn on a machine with `count` simulated GPUs (chapter 08's simulated
-    CUDA generators, on chapter 09's simulated devices), each GPU's generator moved to a random state before each
-    call, as training would leave it: every GPU generator's state (its bytes) after each call. The CPU generators'
-    states are restored afterwards."""
-    from . import checkpointing as simulated  # installed beside this module in a grading kernel: taken when used
-
-    gpus = [simulated._SimulatedGenerator(state) for state in simulated._random_states(count, 0)]
-    torch_state, np_state, py_state = _get_rng_state(), _np_get_state(), _py_getstate()
-    det, warn = _det_enabled(), _det_warn_only()
-    try:
-        out = []
-        with simulated._on_gpus(gpus, (seed_everything,)):
-            for k, seed in enumerate(seeds):
-                simulated._move_on(gpus, 1000 + k)
-                seed_everything(seed)
-                out.append([g.get_state().tolist() for g in gpus])
-        return out
-    finally:
-        _set_rng_state(torch_state)
-        _np_set_state(np_state)
-        _py_setstate(py_state)
-        if (_det_enabled(), _det_warn_only()) != (det, warn):
-            _use_det(det, warn_only=warn)
-
-
-def seed_draws(seed_everything, seeds, n=4):
-    """For each seed in turn: seed_everything(seed), then n numbers from torch, numpy, random (and CUDA when
-    present), and under "returned" None or the type name of what seed_everything returned. Every generator's
-    state and the deterministic-algorithms setting are restored afterwards."""
+@contextlib.contextmanager
+def _seeding_undone():
+    """Inside the block a student's seed_everything may reseed every generator and switch deterministic algorithms
+    on; afterwards each generator's state (CUDA's where there is one) and the setting are as they were."""
     torch_state, np_state, py_state = _get_rng_state(), _np_get_state(), _py_getstate()
     cuda_state = _cuda_get_states() if _cuda_available() else None
     det, warn = _det_enabled(), _det_warn_only()
     try:
-        out = []
-        for seed in seeds:
-            returned = seed_everything(seed)
-            out.append(_draw(n))
-            out[-1]["returned"] = None if returned is None else type(returned).__name__
-        return out
+        yield
     finally:
         _set_rng_state(torch_state)
         _np_set_state(np_state)
@@ -170,3 +140,32 @@ def seed_draws(seed_everything, seeds, n=4):
             _cuda_set_states(cuda_state)
         if (_det_enabled(), _det_warn_only()) != (det, warn):  # the first call of the setter alone takes a second
             _use_det(det, warn_only=warn)
+
+
+def seed_gpu_states(seed_everything, seeds, count):
+    """seed_everything(seed) for each seed in turn on a machine with `count` simulated GPUs (chapter 08's simulated
+    CUDA generators, on chapter 09's simulated devices), each GPU's generator moved to a random state before each
+    call, as training would leave it: every GPU generator's state (its bytes) after each call."""
+    from . import checkpointing as simulated  # installed beside this module in a grading kernel: taken when used
+
+    gpus = [simulated._SimulatedGenerator(state) for state in simulated._random_states(count, 0)]
+    out = []
+    with _seeding_undone(), simulated._on_gpus(gpus, (seed_everything,)):
+        for k, seed in enumerate(seeds):
+            simulated._move_on(gpus, 1000 + k)
+            seed_everything(seed)
+            out.append([g.get_state().tolist() for g in gpus])
+    return out
+
+
+def seed_draws(seed_everything, seeds, n=4):
+    """For each seed in turn: seed_everything(seed), then n numbers from torch, numpy, random (and CUDA when
+    present), and under "returned" None or the type name of what seed_everything returned. Every generator's
+    state and the deterministic-algorithms setting are restored afterwards."""
+    out = []
+    with _seeding_undone():
+        for seed in seeds:
+            returned = seed_everything(seed)
+            out.append(_draw(n))
+            out[-1]["returned"] = None if returned is None else type(returned).__name__
+    return out
