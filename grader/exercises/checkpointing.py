@@ -457,7 +457,6 @@ def expect_atomic(out: dict, ops: list[tuple[str, dict]], existing: dict | None,
             old = "the old file" if op["before"] is not None else "no file"
             crash = ("InterruptDuringSave (a KeyboardInterrupt, as Ctrl-C raises)" if kind == "interrupt"
                      else "CrashDuringSave")
-            failed = "pickling the object raised"
             if kind == "full" and op["raised"] is None:
                 broken = "" if op["after"] == op["before"] else f", and {name} no longer holds the old file"
                 fail(f"{what}: no file could grow past 64 KiB during this call (a full disk), yet atomic_save "
@@ -465,11 +464,11 @@ def expect_atomic(out: dict, ops: list[tuple[str, dict]], existing: dict | None,
                      "it is given (check what it returns, or write through a file object, whose write raises); "
                      "then remove the temporary file and let the error propagate")
             if op["raised"] is None:
-                fail(f"{what}: {failed} {crash}, but atomic_save returned normally: let the exception propagate "
-                     "(remove the temporary file, then re-raise)")
+                fail(f"{what}: pickling the object raised {crash}, but atomic_save returned normally: let the "
+                     "exception propagate (remove the temporary file, then re-raise)")
             if not op["raised"]["crash"]:
-                fail(f"{what}: {failed} {crash}, but atomic_save raised {op['raised']['text']}: re-raise the "
-                     "original exception")
+                fail(f"{what}: pickling the object raised {crash}, but atomic_save raised "
+                     f"{op['raised']['text']}: re-raise the original exception")
             for seen in op["during"]:
                 if seen["bytes"] != op["before"]:
                     now = "no file" if seen["bytes"] is None else f"{len(seen['bytes'])} bytes"
