@@ -1,9 +1,11 @@
 """Demonstration cells: the cells of a chapter that grading can skip (timing sweeps, plots, profiler traces, real
 process launches that grade nothing), marked when the student notebook is generated.
 
-A code cell is needed for grading when it imports, defines a function or class, writes a file, sets global state
-(seeds, default dtype, threads, determinism), or binds a name that a needed cell reads (a function's body
-included); everything else is a demonstration. The mark is a tag plus the digest of the cell's source as
+A code cell is needed for grading when it imports, writes a file, sets global state (seeds, default dtype,
+threads, determinism), or binds a name that a needed cell or a `grader.check` cell reads (a function's body
+included): the exercises, the helpers they call, the data they use. Everything else is a demonstration, a
+function or class it defines for itself included (a timing helper, a model to measure), and the check cells
+themselves (grading runs the checks, not the cell). The mark is a tag plus the digest of the cell's source as
 generated: grading skips a marked cell only while its source is unchanged, so any cell a student edits or adds
 runs. One declaration here, used by the generator (authoring/student.py) and by grading (autograde/notebook.py).
 """
@@ -50,6 +52,7 @@ class _Cell:
         self.binds: set[str] = set()
         self.reads: set[str] = set()
         self.essential = False
+        self.checks = False  # it calls grader.check: what it reads (the exercise) is needed, the cell is not
         python = _python(source)
         try:
             tree = ast.parse(python) if python is not None else None
@@ -60,11 +63,12 @@ class _Cell:
             self.essential = True
             return
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                                 ast.Global)):
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global)):
                 self.essential = True
             elif isinstance(node, ast.Call) and _callee(node.func) in _GLOBAL_STATE:
                 self.essential = True
+            elif isinstance(node, ast.Call) and _is_check(node.func):
+                self.checks = True
         top = table.get_symbols()
         self.binds = {s.get_name() for s in top if s.is_assigned() or s.is_imported()}
         self.reads = {s.get_name() for s in top if s.is_referenced() and not s.is_assigned()}
@@ -91,16 +95,22 @@ def _python(source: str) -> str | None:
         return None
 
 
+def _is_check(func: ast.AST) -> bool:
+    """`grader.check`: the call after an exercise, which reads the exercise's name."""
+    return (isinstance(func, ast.Attribute) and func.attr == "check" and isinstance(func.value, ast.Name)
+            and func.value.id == "grader")
+
+
 def _callee(func: ast.AST) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def needed(sources: Sequence[str]) -> list[bool]:
     """For each code cell (in order), whether grading must run it: essential cells, and, until nothing changes,
-    every cell that binds a name a needed cell reads."""
+    every cell that binds a name a needed cell or a check cell reads."""
     cells = [_Cell(s) for s in sources]
     keep = [c.essential for c in cells]
-    wanted: set[str] = set().union(*(c.reads for c, k in zip(cells, keep) if k))
+    wanted: set[str] = set().union(*(c.reads for c, k in zip(cells, keep) if k or c.checks))
     changed = True
     while changed:
         changed = False

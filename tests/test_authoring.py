@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from grader import demonstrations
+from grader import chapters, demonstrations, registry
 from grader.authoring import release, student
 from grader.authoring.markers import FORBIDDEN, MarkerError, strip_code, strip_markdown
 
@@ -175,6 +175,33 @@ def test_student_notebook_keeps_ids_and_metadata_clears_outputs():
     assert all(c.outputs == [] and c.execution_count is None for c in out.cells if c.cell_type == "code")
     assert "widgets" not in out.metadata and out.metadata.kernelspec.name == "python3"
     assert nb.cells[1].outputs and nb.cells[1].execution_count == 3  # the input is not mutated
+
+
+def test_a_demonstrations_own_helpers_are_skipped_and_what_the_exercises_use_runs():
+    """Catches a rule that runs every cell defining a function (a timing helper measured in the same cell cost
+    chapter 04's grading 0.8 s a notebook) or one that skips what an exercise needs: the exercise its check cell
+    names, a helper it calls, the data it reads, the imports."""
+    cells = ["import torch\nimport grader",
+             "SCALE = 3.0",
+             "def helper(x):\n    return x * SCALE",
+             "def scaled(x):\n    return helper(x)",
+             'grader.check("tensors.scaled", scaled)',
+             "def host_clock(reps=7):\n    return sorted(torch.randn(8).tolist())[reps // 2]\n\nprint(host_clock())",
+             "class Probe(torch.nn.Module):\n    pass\n\nprint(Probe())",
+             "torch.manual_seed(0)\nprint(scaled(torch.ones(2)))"]
+    # The check cell itself is skipped (grading runs the checks); what it reads, the exercise, runs.
+    assert demonstrations.needed(cells) == [True, True, True, True, False, False, False, True]
+
+
+@pytest.mark.parametrize("stem", chapters.NOTEBOOKS)
+def test_every_exercise_is_defined_in_a_cell_grading_runs(stem):
+    """Catches a demonstration mark on the cell that defines an exercise: grading would skip it, miss the name and
+    grade the notebook again with every cell (the same grade, twice the time)."""
+    out = student.student_notebook(nbformat.read(REPO / "solutions" / f"{stem}.ipynb", as_version=4), stem)
+    runs = [c.source for c in out.cells if c.cell_type == "code" and not demonstrations.is_marked(c)]
+    bound = set().union(*(demonstrations._Cell(source).binds for source in runs))
+    names = {e.id.split(".", 1)[1] for e in registry.load().of(chapters.key(stem))}
+    assert names and names <= bound, sorted(names - bound)
 
 
 def test_collapsed_hint_cells_stay_collapsed_in_the_student_notebook():

@@ -600,6 +600,11 @@ WORKERS = textwrap.dedent('''
         layer(torch.ones(2, 4)).sum().backward()
         dist.destroy_process_group()
         return seen
+
+
+    def rank_threads(rank, world_size):
+        """The torch threads this rank was given."""
+        return torch.get_num_threads()
 ''')
 
 
@@ -1270,6 +1275,20 @@ def test_a_rank_keeps_no_python_context_in_thread_local_state(workers):
     layer(torch.ones(2, 4)).sum().backward()
     assert seen == [True]  # what the ranks would do without the workaround
     assert distributed.launch("answer_workers:context_during_backward", 2, timeout=60) == [[False], [False]]
+
+
+def test_ranks_share_the_launchers_threads_not_the_machines_cores(workers):
+    """Catches ranks that each take the machine's cores / world size threads: a grading kernel has one thread, and
+    on a 16-core machine grading 16 notebooks its two ranks took 8 threads each. Each rank gets its share of the
+    launching process's threads, at least one."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert distributed.launch("answer_workers:rank_threads", 2, timeout=60) == [1, 1]
+        torch.set_num_threads(4)
+        assert distributed.launch("answer_workers:rank_threads", 2, timeout=60) == [2, 2]
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_toy_model_records_its_training_forwards_only_when_asked(tmp_path, monkeypatch):

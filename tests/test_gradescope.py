@@ -171,7 +171,7 @@ def test_a_submission_is_graded_without_the_class_report_nobody_reads(tmp_path, 
 
     monkeypatch.setattr(gradescope, "grade_cohort", grade_cohort)
     (tmp_path / "submission").mkdir()
-    results = gradescope.results_for(tmp_path / "submission", [CHAPTER], Limits(threads=1), Console(file=io.StringIO()))
+    results = gradescope.results_for(tmp_path / "submission", [CHAPTER], Limits(), Console(file=io.StringIO()))
     assert seen == [(True, False)] and results["score"] == 0
 
 

@@ -36,7 +36,20 @@ def tree(tmp_path, monkeypatch):
 def test_nothing_changed_is_nothing_reported(tree):
     _, watch = tree
     assert watch.changed() == []
+    assert not watch.clean  # a worker's first notebook is checked before it too
     watch.check("found after grading nobody")
+    assert watch.clean  # this check stands for the check before the worker's next notebook
+
+
+def test_a_clean_watch_still_catches_the_next_change(tree):
+    """A worker skips the check before a notebook when the one after its last notebook was clean: the change made
+    after that is caught by the next check, with the notebook named."""
+    folder, watch = tree
+    watch.check("found after grading Al/01_tensors")
+    (folder / "grader_watch_probe.py").write_text("VALUE = 2\n")
+    with pytest.raises(integrity.Changed, match="found after grading Bo/01_tensors"):
+        watch.check("found after grading Bo/01_tensors")
+    assert not watch.clean
 
 
 def test_an_imported_module_written_to_is_reported_with_the_notebook(tree):

@@ -44,6 +44,7 @@ out = {"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid(), "cwd": os.get
        "init": open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode(),
        "repository": os.path.exists(%(repo)r), "interfaces": sorted(n for _, n in socket.if_nameindex()),
        "ssh": ssh, "usr": usr, "hash": hash("seed"), "threads": os.environ.get("OMP_NUM_THREADS"),
+       "torch_threads": __import__("torch").get_num_threads(),
        "env_token": os.environ.get("GRADER_NOTEBOOK"), "parent_pid": os.environ.get("JPY_PARENT_PID"),
        "limits": [__import__("resource").getrlimit(r) for r in (6, 1, 9)],  # NPROC, FSIZE, AS
        "files": sorted(os.listdir(".")), "nice": os.nice(0), "dynamo": "torch._dynamo" in __import__("sys").modules}
@@ -165,7 +166,7 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         mine = {name: os.stat(f"/proc/self/ns/{name}").st_ino for name in NAMESPACES}
         assert [n for n in NAMESPACES if spaces[n] == mine[n]] == ["user"]  # as root, bubblewrap makes no user ns
         for key in ("uid", "gid", "seccomp", "no_new_privs", "cap_eff", "cap_prm", "repository", "interfaces",
-                    "ssh", "usr", "hash", "threads", "parent_pid", "files", "nice", "mpl_folders", "mpl_backend",
+                    "ssh", "usr", "hash", "threads", "torch_threads", "parent_pid", "files", "nice", "mpl_folders", "mpl_backend",
                     "mpl_settings", "mpl_fonts", "mpl_png"):
             assert forked[key] == launched[key], (key, forked[key], launched[key])
         assert forked["uid"] == sandbox.HOST_UID_BASE + os.getpid()
@@ -174,6 +175,7 @@ def test_a_forked_kernel_is_confined_as_a_launched_one(isolation, forking):
         assert forked["repository"] is False and forked["interfaces"] == ["lo"] and forked["ssh"] != "reached"
         assert forked["usr"] in ("OSError", "PermissionError") and forked["files"] == ["data.txt"]
         assert forked["parent_pid"] is None and forked["env_token"]
+        assert forked["torch_threads"] == 1  # whatever the cores: a product's rounding depends on its threads
         # matplotlib, imported by the template: its folders are the kernel's own home, as a launched kernel's are
         assert forked["mpl_folders"] == [True, True] and forked["mpl_backend"] == "Agg" and forked["mpl_fonts"] > 0
         assert forked["mpl_png"] == b"\x89PNG\r\n\x1a\n".hex()

@@ -112,7 +112,11 @@ def load_reply(name: str | os.PathLike, dir_fd: int | None = None) -> dict | Non
 
 
 def _count_opcodes(data: bytes) -> None:
-    """Refuse a pickle of more than MAX_REPLY_OPCODES opcodes (a million empty lists is small on disk, not in memory)."""
+    """Refuse a pickle of more than MAX_REPLY_OPCODES opcodes (a million empty lists is small on disk, not in memory).
+    Every opcode takes a byte at least, so a shorter pickle needs no count (nearly every reply: a check's calls
+    make thousands)."""
+    if len(data) <= MAX_REPLY_OPCODES:
+        return
     for n, _ in enumerate(pickletools.genops(data)):
         if n >= MAX_REPLY_OPCODES:
             raise wire.TooLarge(f"more than {wire.MAX_REPLY_ITEMS:,} values")

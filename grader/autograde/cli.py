@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     limits = Limits(cell_timeout=args.timeout, check_timeout=args.check_timeout,
                     notebook_timeout=args.notebook_timeout, memory=args.memory,
-                    threads=max(1, default_workers() // workers), disk=args.disk, processes=max(16, args.processes))
+                    disk=args.disk, processes=max(16, args.processes))
     chapters = [c.strip() for c in args.chapters.split(",")] if args.chapters else None
     try:
         shard = Shard.parse(args.shard) if args.shard else None

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             raise FileNotFoundError(f"no submission folder at {args.submission}")
         user = kernel_user(args.results)
         try:
-            results = results_for(args.submission, chapters, Limits(threads=1), console, user)
+            results = results_for(args.submission, chapters, Limits(), console, user)
         finally:
             end_kernel_user(user)
     except Exception as e:  # the autograder must always leave a results.json behind

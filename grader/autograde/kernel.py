@@ -47,7 +47,6 @@ class Limits:
     check_timeout: float = 20.0      # seconds per check (all the calls one check makes)
     notebook_timeout: float = 600.0  # seconds for the whole notebook: cells, replays and checks
     memory: int = 4 * GiB            # memory the kernel may add to its start-up: address space plus its files
-    threads: int = 1                 # torch / OpenMP threads in the kernel
     max_restarts: int = 4            # kernel restarts (each replays the notebook) before giving up
     disk: int | None = None          # its files (folder, /tmp, /dev/shm: in memory), out of `memory` (None: 1/4)
     processes: int = 256             # processes and threads the kernel and all it starts may have at once
@@ -209,13 +208,16 @@ class NotebookKernel:
             self._client = None
             return
         kids = self.processes.started() + self.processes.sandbox()  # found through the client, before it goes
+        top = self.processes.launched()  # the kernel, or the sandbox that holds it
         contexts = [c.context for c in (client.km, getattr(client, "kc", None)) if c is not None]
         self._client = None
+        # Ended and reaped here first: jupyter_client's shutdown of a live kernel polls it every tenth of a second,
+        # a tenth of a second of every notebook graded; it finds this one gone and only removes its files.
+        kill(kids + ([top] if top is not None and top.pid not in {k.pid for k in kids} else []))
         try:
             client._cleanup_kernel()
         except Exception:
             pass
-        kill(kids)
         # Sockets a failed start left open would make the context's garbage collection wait for them forever
         # (zmq's term), stalling the worker between two notebooks: closed now, without waiting.
         for context in contexts:

@@ -5,10 +5,13 @@ Before anything of the notebook's can run, in this order (confine.py does each s
 - install the seccomp filter (`GRADER_SECCOMP` names libseccomp): no mounts, namespaces, tracing, modules;
 - cap processes and threads (`GRADER_PROCESSES`), the size of any file (`GRADER_FILE_SIZE`), core dumps;
 - import torch and ipykernel;
+- set ipykernel up (its sockets, its threads, IPython's shell), none of the notebook's files there yet;
 - a kernel started ahead of its notebook (`GRADER_WAIT`) waits until the grader has put the notebook's files in
   place; in a sandbox, copy them from the read-only stage into its own size-limited folder (`GRADER_STAGE` to
   `GRADER_FOLDER`) and work in `GRADER_CWD`;
-- cap the address space (RLIMIT_AS) at what the start-up mapped plus `GRADER_MEMORY_LIMIT`.
+- cap the address space (RLIMIT_AS) at what the start-up mapped before ipykernel's set-up plus
+  `GRADER_MEMORY_LIMIT`;
+- run ipykernel.
 
 The memory limit is soft and hard, so student code cannot raise it; an allocation past it fails with MemoryError
 or torch's "can't allocate memory" instead of taking the machine. It counts what the notebook adds on top of
@@ -106,15 +109,20 @@ def prepare_imports() -> None:
 
 
 def start(confined) -> None:
-    """After the imports: the notebook's folder, the memory cap, then ipykernel (never returns while it runs)."""
+    """After the imports: ipykernel's set-up (its sockets, threads and shell), the notebook's folder, the memory
+    cap, then ipykernel runs (never returns while it does). A kernel started ahead sets ipykernel up while it
+    waits for its notebook, so the notebook waits only for its files to be copied; the cap still counts the set-up,
+    from the address space mapped before it, as when it came after the wait."""
     from ipykernel import kernelapp
 
-    _enter_folder(confined)
     limit = int(os.environ.get("GRADER_MEMORY_LIMIT", "0"))
+    total = address_space() + limit
+    app = kernelapp.IPKernelApp.instance()
+    app.initialize()
+    _enter_folder(confined)
     if limit > 0:
-        total = address_space() + limit
         resource.setrlimit(resource.RLIMIT_AS, (total, total))
-    kernelapp.launch_new_instance()
+    app.start()
 
 
 if __name__ == "__main__":

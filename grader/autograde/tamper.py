@@ -7,6 +7,7 @@ too; the kernel's probe (kernel_side.probe) catches what was done in ways the so
 from __future__ import annotations
 
 import ast
+import functools
 
 from IPython.core.inputtransformer2 import TransformerManager
 
@@ -109,11 +110,19 @@ class _Scan(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_source(self, source: str) -> None:
-        try:
-            tree = ast.parse(TransformerManager().transform_cell(source))
-        except (SyntaxError, ValueError, RecursionError):
-            return
-        self.visit(tree)
+        tree = _parse(source)
+        if tree is not None:
+            self.visit(tree)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(source: str) -> ast.Module | None:
+    """A cell as IPython runs it, parsed; None if it is not Python. Kept: a class's notebooks share most cells (the
+    ones given: some 300 in ten chapters), and a worker grades many of them (the scan only reads the tree)."""
+    try:
+        return ast.parse(TransformerManager().transform_cell(source))
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def scan(sources: list[str], numbers: list[int]) -> list[str]:

@@ -122,14 +122,16 @@ def _gloo_deadlock_workarounds() -> None:
 
 
 def _bootstrap(target: str, rank: int, world_size: int, port: int, args: tuple, results: Any,
-               environ: dict[str, str]) -> None:
+               environ: dict[str, str], threads: int = 1) -> None:
     """In a child: the launcher's environment (a forkserver's children would otherwise have the server's, from
-    its start), the rendezvous variables, one thread per core share, the target, and its result or error."""
+    its start), the rendezvous variables, its share of the launcher's `threads` (at least one: a grading kernel
+    has one, and its ranks must not take a core each of a machine other notebooks are graded on), the target,
+    and its result or error."""
     os.environ.clear()
     os.environ.update(environ)
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)})
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(max(1, threads // world_size))
     _gloo_deadlock_workarounds()
     # the child starts in the parent's working directory but with the parent's sys.path, which holds the folder
     # the parent *started* in: the folder a notebook writes its worker into (chapter 10 works in a temporary one)
@@ -175,8 +177,10 @@ def _run_once(target: str, world_size: int, args: tuple, timeout: float) -> list
     results = ctx.Queue()
     port = free_port()
     environ = dict(os.environ)
-    processes = [ctx.Process(target=_bootstrap, args=(target, rank, world_size, port, args, results, environ),
-                             daemon=True, name=f"rank-{rank}") for rank in range(world_size)]
+    threads = torch.get_num_threads()
+    processes = [ctx.Process(target=_bootstrap, name=f"rank-{rank}", daemon=True,
+                             args=(target, rank, world_size, port, args, results, environ, threads))
+                 for rank in range(world_size)]
     done: dict[int, Any] = {}
     deadline = time.monotonic() + timeout
     try:
@@ -213,7 +217,8 @@ def _run_once(target: str, world_size: int, args: tuple, timeout: float) -> list
 def launch(target: str, world_size: int, args: Sequence[Any] = (), timeout: float = 120.0) -> list[Any]:
     """Run `fn(rank, world_size, *args)` in `world_size` new processes; their results, rank 0 first.
 
-    `target` is "module:function" of an importable file (e.g. one a notebook wrote with %%writefile).
+    `target` is "module:function" of an importable file (e.g. one a notebook wrote with %%writefile). Each rank
+    gets its share of this process's torch threads (at least one).
     Results travel with torch.save (tensors, numbers, strings and containers of them). Raises
     TimeoutError after `timeout` seconds, NotImplementedError if a rank hit a stub, WorkerError if a
     rank raised anything else; in every case no child process is left behind.
