@@ -184,6 +184,10 @@ if __name__ == "__main__":
     if sys.argv[2] == "dynamo":  # what the first optimizer or FLOP count imports, where the run's chapters have one
         import torch._dynamo  # noqa: F401,E402
     from ipykernel import ipkernel, kernelapp  # noqa: F401,E402  (ipkernel: what the app imports as it starts)
+    try:  # and the debugger its kernel makes as it starts (debugpy: some 130 modules, 0.04 CPU-s a kernel)
+        import ipykernel.debugger  # noqa: F401,E402
+    except ImportError:
+        pass
     # What every chapter's first cell imports: half a CPU-second per kernel. Its font list and settings come from
     # the folder template.py gave (MPLCONFIGDIR: the font list alone, no matplotlibrc), as a kernel's fresh home.
     import matplotlib.pyplot  # noqa: F401,E402
