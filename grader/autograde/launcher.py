@@ -30,6 +30,11 @@ SOCKET_PATH_MAX = 107
 # (cohort._worker_init).
 KERNEL_THREADS = 1
 
+# The limit on processes and threads is the kernel user's, and the next notebook's kernel, started ahead, waits as
+# that user with ipykernel set up: 12 threads (measured, ipykernel 7.4). They are not this notebook's, so its
+# limit (--processes) is raised by them.
+WAITING_KERNEL_THREADS = 12
+
 
 def scratch_base() -> str:
     """Where a grading run puts its notebooks' folders: the temporary folder, unless its path is too long for the
@@ -82,7 +87,7 @@ class Launcher:
             "CUDA_VISIBLE_DEVICES": "",        # grades must not depend on the grading machine having a GPU
             "GRADER_GRADING": "1",             # grader.check in the notebook only says the grader runs the checks
             "GRADER_MEMORY_LIMIT": str(self.limits.address_space),
-            "GRADER_PROCESSES": str(self.limits.processes), "GRADER_FILE_SIZE": str(self.limits.files),
+            "GRADER_PROCESSES": str(self.limits.processes + WAITING_KERNEL_THREADS), "GRADER_FILE_SIZE": str(self.limits.files),
             "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
             "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
             "GRADER_NOTEBOOK": self.token,
