@@ -92,19 +92,22 @@ def grade(cohort: Path, out: Path, workers: int, *flags: str, cores: int | None 
     return wall
 
 
-def records(out: Path) -> list[dict]:
-    """Every notebook record the run graded (missing notebooks have no kernel and no cost)."""
-    found = [json.loads(p.read_text(encoding="utf-8")) for p in (out / ".state").rglob("*.json")
+def record_files(out: Path) -> list[tuple[Path, dict]]:
+    """Every notebook record the run graded, with its file (missing notebooks have no kernel and no cost)."""
+    found = [(p, json.loads(p.read_text(encoding="utf-8"))) for p in (out / ".state").rglob("*.json")
              if p.name not in ("shard.json",)]
-    return [r for r in found if r.get("source")]
+    return [(p, r) for p, r in found if r.get("source")]
+
+
+def records(out: Path) -> list[dict]:
+    return [r for _, r in record_files(out)]
 
 
 def steady(out: Path) -> float:
     """Notebooks per second while the run graded: from the first record written to the last (each written as its
     notebook is done), without the run's fixed start (imports, the kernel template, the workers) and its class
     report. What a class of hundreds sees, where those fixed seconds are spread over every notebook."""
-    times = sorted(p.stat().st_mtime for p in (out / ".state").rglob("*.json") if p.name != "shard.json"
-                   and json.loads(p.read_text(encoding="utf-8")).get("source"))
+    times = sorted(p.stat().st_mtime for p, _ in record_files(out))
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
 
 
